@@ -1,0 +1,38 @@
+/* Private to the CPU backend: CPU features, the GEMM provider, threading helpers. */
+#ifndef MR_CPU_IMPL_H
+#define MR_CPU_IMPL_H
+
+#include <stdint.h>
+#include "core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mr_cpu_caps {
+    int sse42, avx, avx2, fma, f16c;
+    int avx512f, avx512bw, avx512vl, avx512dq, avx512_bf16, avx512_fp16, amx_bf16;
+} mr_cpu_caps;
+
+/* Read once with CPUID (and XGETBV: the OS must save the AVX/AVX-512 state). Thread-safe. */
+const mr_cpu_caps *mr_cpu_caps_get(void);
+
+/* Row-major single-precision GEMM through the provider chosen at first use:
+ * C (m,n) = alpha * op(A) * op(B) + beta * C, with row strides lda/ldb/ldc in elements.
+ * Called from inside an OpenMP parallel region it runs on the calling thread only.
+ * Never fails: the built-in kernel is the last resort. */
+void mr_cpu_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                  int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+
+/* The built-in blocked kernel (used when no BLAS passes verification; exposed for tests). */
+void mr_cpu_sgemm_builtin(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                          const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                          int64_t ldc);
+
+/* Propagates the process thread count to the provider. */
+void mr_cpu_gemm_set_threads(int n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,100 @@
+/* Device selection and the backend registry. The CUDA probe runs once per process; a CUDA build
+ * without a GPU falls back to the CPU and says so once. */
+#include "core/backend_impl.h"
+#include "core/log.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <stdlib.h>
+
+static pthread_once_t g_probe_once = PTHREAD_ONCE_INIT;
+static int g_cuda_count = 0;
+static char g_cuda_why[256] = "mirror was built without CUDA (-DMIRROR_CUDA=OFF or nvcc not found)";
+
+static void probe(void) {
+#ifdef MIRROR_HAVE_CUDA
+    mr_cuda_probe(&g_cuda_count, g_cuda_why, (int)sizeof g_cuda_why);
+#endif
+}
+
+int mr_cuda_compiled(void) {
+#ifdef MIRROR_HAVE_CUDA
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+int mr_cuda_device_count(void) {
+    pthread_once(&g_probe_once, probe);
+    return g_cuda_count;
+}
+
+mr_status mr_backend_get(mr_device_kind kind, const mr_backend **out) {
+    *out = NULL;
+    if (kind == MR_DEVICE_CPU) {
+        *out = mr_cpu_backend();
+        return MR_OK;
+    }
+    if (kind == MR_DEVICE_CUDA) {
+        if (mr_cuda_device_count() <= 0)
+            return mr_set_error(MR_ERR_NOT_FOUND, "no usable CUDA device: %s", g_cuda_why);
+#ifdef MIRROR_HAVE_CUDA
+        *out = mr_cuda_backend();
+        return MR_OK;
+#endif
+    }
+    return mr_set_error(MR_ERR_INVALID, "invalid device kind %d", (int)kind);
+}
+
+static pthread_once_t g_fallback_once = PTHREAD_ONCE_INIT;
+static void say_fallback(void) {
+    mr_log_info("no usable GPU (%s); running on the CPU", g_cuda_why);
+}
+
+mr_device mr_device_cpu(void) {
+    mr_device d = {MR_DEVICE_CPU, 0};
+    return d;
+}
+
+mr_device mr_device_default(void) {
+    if (mr_cuda_device_count() > 0) {
+        mr_device d = {MR_DEVICE_CUDA, 0};
+        return d;
+    }
+    if (mr_cuda_compiled()) pthread_once(&g_fallback_once, say_fallback);
+    return mr_device_cpu();
+}
+
+char *mr_device_str(mr_device d, char *buf, int cap) {
+    if (d.kind == MR_DEVICE_CPU) snprintf(buf, (size_t)cap, "cpu");
+    else snprintf(buf, (size_t)cap, "cuda:%d", d.index);
+    return buf;
+}
+
+mr_status mr_device_parse(const char *s, mr_device *out) {
+    const char *rest = NULL;
+    mr_device d = {MR_DEVICE_CPU, 0};
+    if (!strncmp(s, "cpu", 3)) {
+        rest = s + 3;
+    } else if (!strncmp(s, "cuda", 4)) {
+        d.kind = MR_DEVICE_CUDA;
+        rest = s + 4;
+    } else {
+        return mr_set_error(MR_ERR_INVALID, "bad device '%s' (expected cpu, cuda or cuda:N)", s);
+    }
+    if (*rest == ':') {
+        char *end = NULL;
+        long v = strtol(rest + 1, &end, 10);
+        if (end == rest + 1 || *end != '\0' || v < 0 || v > 1023)
+            return mr_set_error(MR_ERR_INVALID, "bad device index in '%s' (expected cpu, cuda or cuda:N)", s);
+        d.index = (int)v;
+    } else if (*rest != '\0') {
+        return mr_set_error(MR_ERR_INVALID, "bad device '%s' (expected cpu, cuda or cuda:N)", s);
+    }
+    if (d.kind == MR_DEVICE_CPU && d.index != 0)
+        return mr_set_error(MR_ERR_INVALID, "bad device '%s': the CPU is device cpu:0", s);
+    *out = d;
+    return MR_OK;
+}

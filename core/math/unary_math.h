@@ -1,0 +1,67 @@
+/* Per-element math of the unary activations, their derivatives and the optimizer updates:
+ * written once, instantiated for f32 (CPU fast path, CUDA kernels) and f64 (the reference).
+ * MR_HD makes every function callable from CUDA kernels too (STYLE.md rule 5). */
+#ifndef MR_MATH_UNARY_MATH_H
+#define MR_MATH_UNARY_MATH_H
+
+#include <math.h>
+#include "core/math/hd.h"
+
+#define MR_DEFINE_UNARY_MATH(T, S, EXP, LOG, TANH, SQRT)                                        \
+    MR_HD static inline T mr_relu_##S(T x) { return x > (T)0 ? x : (T)0; }                     \
+    /* d/dx relu at 0 is taken as 0, as PyTorch does */                                         \
+    MR_HD static inline T mr_relu_grad_##S(T x, T dy) { return x > (T)0 ? dy : (T)0; }          \
+    MR_HD static inline T mr_gelu_##S(T x) {                                                    \
+        const T c = (T)0.79788456080286535588; /* sqrt(2/pi) */                                 \
+        T u = c * (x + (T)0.044715 * x * x * x);                                                \
+        return (T)0.5 * x * ((T)1 + TANH(u));                                                   \
+    }                                                                                           \
+    MR_HD static inline T mr_gelu_grad_##S(T x, T dy) {                                         \
+        const T c = (T)0.79788456080286535588;                                                  \
+        T x2 = x * x;                                                                           \
+        T t = TANH(c * (x + (T)0.044715 * x2 * x));                                             \
+        T du = c * ((T)1 + (T)(3.0 * 0.044715) * x2);                                           \
+        return dy * ((T)0.5 * ((T)1 + t) + (T)0.5 * x * ((T)1 - t * t) * du);                   \
+    }                                                                                           \
+    MR_HD static inline T mr_tanh_##S(T x) { return TANH(x); }                                  \
+    MR_HD static inline T mr_tanh_grad_##S(T y, T dy) { return dy * ((T)1 - y * y); }           \
+    MR_HD static inline T mr_sigmoid_##S(T x) {                                                 \
+        /* two branches so exp never overflows */                                               \
+        if (x >= (T)0) return (T)1 / ((T)1 + EXP(-x));                                          \
+        T e = EXP(x);                                                                           \
+        return e / ((T)1 + e);                                                                  \
+    }                                                                                           \
+    MR_HD static inline T mr_sigmoid_grad_##S(T y, T dy) { return dy * y * ((T)1 - y); }        \
+    MR_HD static inline T mr_exp_##S(T x) { return EXP(x); }                                    \
+    MR_HD static inline T mr_exp_grad_##S(T y, T dy) { return dy * y; }                         \
+    MR_HD static inline T mr_log_##S(T x) { return LOG(x); }                                    \
+    MR_HD static inline T mr_log_grad_##S(T x, T dy) { return dy / x; }                         \
+    MR_HD static inline T mr_sqrt_##S(T x) { return SQRT(x); }                                  \
+    MR_HD static inline T mr_sqrt_grad_##S(T y, T dy) { return dy / ((T)2 * y); }              \
+    /* torch.optim.SGD for one element; returns the new parameter, updates *buf */              \
+    MR_HD static inline T mr_sgd_##S(T p, T g, T *buf, T lr, T momentum, T dampening, T wd,     \
+                                      int nesterov, int first_step) {                          \
+        if (wd != (T)0) g = g + wd * p;                                                         \
+        if (momentum != (T)0) {                                                                 \
+            T b = first_step ? g : momentum * *buf + ((T)1 - dampening) * g;                    \
+            *buf = b;                                                                           \
+            g = nesterov ? g + momentum * b : b;                                                \
+        }                                                                                       \
+        return p - lr * g;                                                                      \
+    }                                                                                           \
+    /* torch.optim.AdamW for one element; bc1 = 1-beta1^t, bc2_sqrt = sqrt(1-beta2^t) */        \
+    MR_HD static inline T mr_adamw_##S(T p, T g, T *m, T *v, T lr, T beta1, T beta2, T eps,     \
+                                        T wd, T bc1, T bc2_sqrt) {                             \
+        p = p * ((T)1 - lr * wd);                                                               \
+        T mm = beta1 * *m + ((T)1 - beta1) * g;                                                 \
+        T vv = beta2 * *v + ((T)1 - beta2) * g * g;                                             \
+        *m = mm;                                                                                \
+        *v = vv;                                                                                \
+        T denom = SQRT(vv) / bc2_sqrt + eps;                                                    \
+        return p - (lr / bc1) * mm / denom;                                                     \
+    }
+
+MR_DEFINE_UNARY_MATH(float, f32, expf, logf, tanhf, sqrtf)
+MR_DEFINE_UNARY_MATH(double, f64, exp, log, tanh, sqrt)
+
+#endif

@@ -1,0 +1,58 @@
+/* Helpers shared by the op checks and kernels (see ops_impl.h). */
+#include "core/ops_impl.h"
+
+#include <stdarg.h>
+
+mr_status mr_op_error_at(const mr_op_args *a, const char *file, int line, const char *fmt, ...) {
+    const mr_op_info *info = mr_op_get(a->op);
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return mr_set_error_at(MR_ERR_INVALID, file, line, "%s: %s", info ? info->name : "op", msg);
+}
+
+static int float_ok(mr_dtype t, int allow_half) {
+    return t == MR_F32 || t == MR_F64 || (allow_half && (t == MR_F16 || t == MR_BF16));
+}
+
+mr_status mr_op_check_float(const mr_op_args *a, int allow_half, mr_dtype *dt) {
+    int have = 0;
+    mr_dtype first = MR_F32;
+    for (int k = 0; k < 2; k++) {
+        const mr_view *v = k == 0 ? a->in : a->out;
+        int n = k == 0 ? a->n_in : a->n_out;
+        for (int i = 0; i < n; i++) {
+            if (!v[i].data || !mr_dtype_is_float(v[i].dtype)) continue;
+            if (!float_ok(v[i].dtype, allow_half))
+                return mr_op_error(a, "%s[%d] has dtype %s; expected f32 or f64", k ? "out" : "in",
+                                   i, mr_dtype_name(v[i].dtype));
+            if (!have) {
+                first = v[i].dtype;
+                have = 1;
+            } else if (v[i].dtype != first) {
+                return mr_op_error(a, "%s[%d] has dtype %s but an earlier operand is %s", k ? "out" : "in",
+                                   i, mr_dtype_name(v[i].dtype), mr_dtype_name(first));
+            }
+        }
+    }
+    if (!have) return mr_op_error(a, "no float operand");
+    if (dt) *dt = first;
+    return MR_OK;
+}
+
+mr_status mr_op_check_shape(const mr_op_args *a, const mr_view *v, const char *role, const mr_shape *s) {
+    if (mr_shape_eq(&v->shape, s)) return MR_OK;
+    char b1[128], b2[128];
+    return mr_op_error(a, "%s has shape %s, expected %s", role, mr_shape_str(&v->shape, b1, sizeof b1),
+                       mr_shape_str(s, b2, sizeof b2));
+}
+
+int mr_op_is_f64(const mr_op_args *a) {
+    for (int i = 0; i < a->n_in; i++)
+        if (a->in[i].data && mr_dtype_is_float(a->in[i].dtype)) return a->in[i].dtype == MR_F64;
+    for (int i = 0; i < a->n_out; i++)
+        if (a->out[i].data && mr_dtype_is_float(a->out[i].dtype)) return a->out[i].dtype == MR_F64;
+    return 0;
+}

@@ -1,0 +1,208 @@
+/* The op set and the op table (DESIGN.md "Backends", STYLE.md rule 5).
+ *
+ * Every op is a kernel with one uniform signature, `mr_status fn(const mr_op_args *)`, over
+ * contiguous buffers (mr_view) plus a params union. The op table holds, per op: its name, a
+ * check that validates shapes and dtypes (the error names the op and the shapes), the scratch
+ * workspace it needs, and its kernels: `ref` (the scalar oracle), `cpu`, `cuda` (NULL where
+ * absent). Backward kernels are ops of their own (`*_BWD`) that name their forward op, so the
+ * tests can find for every differentiable op its gradient and check it by finite differences.
+ *
+ * Dtypes: the reference computes in f64 (float views must be MR_F64; integer views keep their
+ * type). The CPU kernels take f32 (fast path) or f64 (they run the reference). Integer inputs
+ * (labels, token ids) are MR_I32. Row-major everywhere; "rows x cols" means the last dim is cols.
+ *
+ * In/out conventions are listed per op below as `in: ...; out: ...`. Outputs are fully written
+ * (never accumulated into) unless the op says otherwise. Optional views have data == NULL.
+ * Thread safety: kernels may run concurrently on distinct outputs. */
+#ifndef MR_OPS_H
+#define MR_OPS_H
+
+#include <stdint.h>
+#include "core/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MR_OP_MAX_IO 6
+
+typedef enum mr_op_id {
+    MR_OP_NONE = 0,
+    /* in: A (batch?,M,K) or (batch?,K,M) if trans_a, B (batch?,K,N) or (batch?,N,K) if trans_b;
+     * out: C (batch?,M,N) := alpha*op(A)*op(B) + beta*C (C is read when beta != 0).
+     * A and B may have a leading batch dim (batch = product of leading dims); a 2-d B is shared
+     * by every batch of A. Gradients are GEMMs too, so there is no GEMM_BWD. */
+    MR_OP_GEMM,
+    /* Binary elementwise with numpy broadcasting. in: a, b; out: y (the broadcast shape). */
+    MR_OP_ADD, MR_OP_SUB, MR_OP_MUL, MR_OP_DIV,
+    /* in: a, b, dy; out: da (a's shape), db (b's shape); broadcast dims are summed. Either
+     * output may be omitted (data NULL). */
+    MR_OP_ADD_BWD, MR_OP_SUB_BWD, MR_OP_MUL_BWD, MR_OP_DIV_BWD,
+    /* Unary elementwise. in: x; out: y. SCALE: y = alpha*x. GELU is the tanh form. */
+    MR_OP_RELU, MR_OP_GELU, MR_OP_TANH, MR_OP_SIGMOID, MR_OP_EXP, MR_OP_LOG, MR_OP_SQRT, MR_OP_SCALE,
+    /* in: x, y (the forward output), dy; out: dx. A kernel reads what it needs. */
+    MR_OP_RELU_BWD, MR_OP_GELU_BWD, MR_OP_TANH_BWD, MR_OP_SIGMOID_BWD, MR_OP_EXP_BWD,
+    MR_OP_LOG_BWD, MR_OP_SQRT_BWD, MR_OP_SCALE_BWD,
+    /* Reductions over the axes in p.reduce.axes (bit i = dim i). in: x; out: y with the reduced
+     * dims of size 1 (keepdim; reshape to drop them). MAX propagates NaN. */
+    MR_OP_SUM, MR_OP_MEAN, MR_OP_MAX,
+    /* SUM/MEAN: in: dy (reduced shape); out: dx. MAX: in: x, y, dy; out: dx (the gradient goes
+     * to the first maximal element along the reduced axes, as torch.max(dim) does). */
+    MR_OP_SUM_BWD, MR_OP_MEAN_BWD, MR_OP_MAX_BWD,
+    /* Over the last axis. in: x; out: y. */
+    MR_OP_SOFTMAX, MR_OP_LOG_SOFTMAX,
+    /* in: y (the forward output), dy; out: dx. */
+    MR_OP_SOFTMAX_BWD, MR_OP_LOG_SOFTMAX_BWD,
+    /* Fused softmax cross-entropy. in: logits (N,C), labels (N) i32; out: loss (N), probs (N,C).
+     * loss[i] = logsumexp(logits[i]) - logits[i, label]; rows whose label equals
+     * p.xent.ignore_index get loss 0. Labels outside [0,C) otherwise are an error (checked). */
+    MR_OP_SOFTMAX_XENT,
+    /* in: probs (N,C), labels (N) i32, dloss (N); out: dlogits (N,C) = dloss*(probs - onehot). */
+    MR_OP_SOFTMAX_XENT_BWD,
+    /* Layer norm over the last axis (D). in: x (N,D), gamma (D), beta (D); out: y (N,D),
+     * mean (N), rstd (N) (saved for the backward; same float type as x). */
+    MR_OP_LAYERNORM,
+    /* in: x, gamma, mean, rstd, dy; out: dx, dgamma, dbeta (dgamma/dbeta optional). */
+    MR_OP_LAYERNORM_BWD,
+    /* Embedding gather. in: table (V,D), ids (...) i32; out: y (..., D). Ids outside [0,V) are
+     * an error. */
+    MR_OP_EMBEDDING,
+    /* Scatter-add. in: ids (...) i32, dy (..., D); out: dtable (V,D), zeroed then accumulated. */
+    MR_OP_EMBEDDING_BWD,
+    /* 2-d convolution, NCHW. in: x (N,C,H,W), w (O,C,KH,KW), bias (O) optional;
+     * out: y (N,O,OH,OW), OH = (H + 2*pad_h - KH)/stride_h + 1. */
+    MR_OP_CONV2D,
+    /* in: w, dy; out: dx (N,C,H,W) (shape taken from out[0].shape). */
+    MR_OP_CONV2D_BWD_DATA,
+    /* in: x, dy; out: dw (O,C,KH,KW), dbias (O) optional. */
+    MR_OP_CONV2D_BWD_FILTER,
+    /* Max pooling, NCHW; padding counts as -inf. in: x; out: y (N,C,OH,OW), argmax (N,C,OH,OW)
+     * i32 (flat index into the H*W plane, -1 when a window saw only padding). */
+    MR_OP_MAXPOOL2D,
+    /* in: argmax, dy; out: dx (shape from out[0].shape). */
+    MR_OP_MAXPOOL2D_BWD,
+    /* Inverted dropout with a counter-based mask: element i is kept iff
+     * philox_uniform(p.dropout.seed, p.dropout.offset, i) >= p.dropout.p; kept values are scaled
+     * by 1/(1-p). in: x; out: y. The mask depends only on seed, offset and i. */
+    MR_OP_DROPOUT,
+    /* in: dy; out: dx (recomputes the same mask). */
+    MR_OP_DROPOUT_BWD,
+    /* Transpose as an op: y = x permuted by p.permute.perm (y.dim[i] = x.dim[perm[i]]).
+     * in: x; out: y. Its gradient is the inverse permutation. */
+    MR_OP_PERMUTE,
+    /* Cast among f32, f64, f16, bf16 (round to nearest even). in: x; out: y. */
+    MR_OP_CAST,
+    /* Fused optimizer updates, in place, PyTorch semantics (torch.optim.SGD / AdamW).
+     * SGD: in: param (n), grad (n), momentum_buf (n) (updated in place; ignored when
+     * momentum == 0); out: none (param is written). */
+    MR_OP_SGD_UPDATE,
+    /* in: param (n), grad (n), exp_avg (n), exp_avg_sq (n), all updated in place but grad.
+     * p.adamw.step is the 1-based step used for bias correction. */
+    MR_OP_ADAMW_UPDATE,
+    MR_OP_COUNT
+} mr_op_id;
+
+typedef struct mr_gemm_params {
+    int trans_a, trans_b;
+    double alpha, beta;
+} mr_gemm_params;
+
+typedef struct mr_reduce_params {
+    uint32_t axes; /* bit i set: reduce dim i */
+} mr_reduce_params;
+
+typedef struct mr_conv_params {
+    int stride_h, stride_w, pad_h, pad_w;
+} mr_conv_params;
+
+typedef struct mr_pool_params {
+    int kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
+} mr_pool_params;
+
+typedef struct mr_dropout_params {
+    double p;
+    uint64_t seed, offset;
+} mr_dropout_params;
+
+typedef struct mr_sgd_params {
+    double lr, momentum, dampening, weight_decay;
+    int nesterov;
+    int first_step; /* 1 on the first update: the buffer is set to the gradient (as PyTorch) */
+} mr_sgd_params;
+
+typedef struct mr_adamw_params {
+    double lr, beta1, beta2, eps, weight_decay;
+    int64_t step; /* >= 1 */
+} mr_adamw_params;
+
+typedef union mr_op_params {
+    mr_gemm_params gemm;
+    mr_reduce_params reduce;
+    double scale;                     /* SCALE, SCALE_BWD: alpha */
+    struct { int64_t ignore_index; } xent;
+    struct { double eps; } layernorm;
+    mr_conv_params conv;
+    mr_pool_params pool;
+    mr_dropout_params dropout;
+    struct { int perm[MR_MAX_DIMS]; } permute;
+    mr_sgd_params sgd;
+    mr_adamw_params adamw;
+} mr_op_params;
+
+typedef struct mr_op_args {
+    mr_op_id op;
+    int n_in, n_out;
+    mr_view in[MR_OP_MAX_IO];
+    mr_view out[MR_OP_MAX_IO];
+    mr_op_params p;
+    mr_stream *stream;      /* backend stream (NULL: default) */
+    int device;             /* device index for the backend */
+    void *workspace;        /* scratch of at least mr_op_workspace_bytes(args), or NULL if 0 */
+    size_t workspace_bytes;
+} mr_op_args;
+
+typedef mr_status (*mr_kernel_fn)(const mr_op_args *a);
+
+typedef struct mr_op_info {
+    mr_op_id id;
+    const char *name;       /* "gemm", "relu_bwd", ... */
+    int n_in, n_out;        /* exact counts the args must carry (optional ones included) */
+    mr_op_id fwd;           /* for a backward kernel, the op it differentiates; else NONE */
+    /* Validates the args (counts, dtypes, shapes, params). MR_ERR_INVALID naming the op. */
+    mr_status (*check)(const mr_op_args *a);
+    /* Scratch bytes the CPU kernel needs (NULL: none). */
+    size_t (*workspace)(const mr_op_args *a);
+    mr_kernel_fn ref;
+    mr_kernel_fn kernel[MR_DEVICE_KIND_COUNT]; /* indexed by mr_device_kind; NULL: unsupported */
+} mr_op_info;
+
+/* The table entry for an op (NULL for an invalid id). */
+const mr_op_info *mr_op_get(mr_op_id op);
+/* Looks an op up by name (NULL if none). */
+const mr_op_info *mr_op_find(const char *name);
+
+/* Scratch bytes `a` needs on its backend. */
+size_t mr_op_workspace_bytes(const mr_op_args *a);
+
+/* Validates `a` and runs it on the backend of `kind` (CPU kernels run synchronously).
+ * MR_ERR_INVALID from the check, MR_ERR_UNSUPPORTED if the backend has no kernel for it,
+ * or the kernel's own error. */
+mr_status mr_op_run(mr_device_kind kind, const mr_op_args *a) MR_WUR;
+/* Validates and runs the scalar reference. */
+mr_status mr_op_run_ref(const mr_op_args *a) MR_WUR;
+
+/* Initialises args for `op` with counts from the table and zeroed params. */
+void mr_op_args_init(mr_op_args *a, mr_op_id op);
+
+/* CPU backend facts: the GEMM provider chosen at run time and why, the thread count. */
+const char *mr_cpu_gemm_provider(void);
+int mr_cpu_threads(void);
+/* Sets the number of threads for OpenMP loops and GEMM together (one pool for the process). */
+void mr_cpu_set_threads(int n);
+/* CPU feature summary ("avx512f avx512bw avx512_bf16 amx ..."). */
+const char *mr_cpu_features(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,69 @@
+/* Private: the kernel entry points behind the op table (core/op_table.c), grouped by family.
+ * Each family file provides check (+ workspace), ref and cpu; core/cuda/ provides the cuda ones.
+ * A family function serves every op id of its family (it switches on a->op outside its loops). */
+#ifndef MR_OPS_IMPL_H
+#define MR_OPS_IMPL_H
+
+#include "core/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MR_DECLARE_KERNELS(fam)                                                                 \
+    mr_status mr_##fam##_check(const mr_op_args *a);                                           \
+    mr_status mr_##fam##_ref(const mr_op_args *a);                                             \
+    mr_status mr_##fam##_cpu(const mr_op_args *a);                                             \
+    mr_status mr_##fam##_cuda(const mr_op_args *a);
+
+MR_DECLARE_KERNELS(gemm_fwd)           /* core/ref/gemm_ref.c, core/cpu/gemm_cpu.c, cuda/gemm.cu */
+MR_DECLARE_KERNELS(binary_fwd)         /* ADD SUB MUL DIV: elementwise_{ref,cpu}.c */
+MR_DECLARE_KERNELS(binary_bwd)
+MR_DECLARE_KERNELS(unary_fwd)          /* RELU..SCALE */
+MR_DECLARE_KERNELS(unary_bwd)
+MR_DECLARE_KERNELS(reduce_fwd)         /* SUM MEAN MAX: reduce_{ref,cpu}.c */
+MR_DECLARE_KERNELS(reduce_bwd)
+MR_DECLARE_KERNELS(softmax_fwd)        /* SOFTMAX LOG_SOFTMAX: softmax_{ref,cpu}.c */
+MR_DECLARE_KERNELS(softmax_bwd)
+MR_DECLARE_KERNELS(xent_fwd)           /* SOFTMAX_XENT: softmax_{ref,cpu}.c */
+MR_DECLARE_KERNELS(xent_bwd)
+MR_DECLARE_KERNELS(layernorm_fwd)      /* layernorm_{ref,cpu}.c */
+MR_DECLARE_KERNELS(layernorm_bwd)
+MR_DECLARE_KERNELS(embedding_fwd)      /* embedding_{ref,cpu}.c */
+MR_DECLARE_KERNELS(embedding_bwd)
+MR_DECLARE_KERNELS(conv2d_fwd)         /* conv_{ref,cpu}.c */
+MR_DECLARE_KERNELS(conv2d_bwd_data)
+MR_DECLARE_KERNELS(conv2d_bwd_filter)
+MR_DECLARE_KERNELS(maxpool2d_fwd)      /* pool_{ref,cpu}.c */
+MR_DECLARE_KERNELS(maxpool2d_bwd)
+MR_DECLARE_KERNELS(dropout_fwd)        /* DROPOUT and DROPOUT_BWD: dropout_{ref,cpu}.c */
+MR_DECLARE_KERNELS(permute_fwd)        /* permute_{ref,cpu}.c */
+MR_DECLARE_KERNELS(cast_fwd)           /* cast_{ref,cpu}.c */
+MR_DECLARE_KERNELS(sgd_update)         /* optim_{ref,cpu}.c */
+MR_DECLARE_KERNELS(adamw_update)
+
+/* Scratch bytes for the CPU conv kernels (im2col buffers, one per thread). */
+size_t mr_conv2d_fwd_workspace(const mr_op_args *a);
+size_t mr_conv2d_bwd_data_workspace(const mr_op_args *a);
+size_t mr_conv2d_bwd_filter_workspace(const mr_op_args *a);
+
+/* ---- helpers shared by the kernels (core/op_util.c) ---- */
+
+/* MR_ERR_INVALID "<op>: <what> ..." with the op name prefixed. */
+#define mr_op_error(a, ...) mr_op_error_at((a), __FILE__, __LINE__, __VA_ARGS__)
+mr_status mr_op_error_at(const mr_op_args *a, const char *file, int line, const char *fmt, ...)
+    MR_PRINTF(4, 5);
+/* Checks that views in[first..first+n) and out[...] are float and of one dtype (f32 or f64,
+ * plus f16/bf16 if allow_half). Views with data == NULL are skipped. Returns the dtype via
+ * *dt. */
+mr_status mr_op_check_float(const mr_op_args *a, int allow_half, mr_dtype *dt);
+/* Checks a view's shape equals `s`, naming the view ("in[1]", role) in the error. */
+mr_status mr_op_check_shape(const mr_op_args *a, const mr_view *v, const char *role, const mr_shape *s);
+/* True when every float view (non-NULL data) is f64: CPU kernels then run the reference. */
+int mr_op_is_f64(const mr_op_args *a);
+/* 64-byte aligned host scratch for CPU kernels that were not given a workspace. */
+
+#ifdef __cplusplus
+}
+#endif
+#endif
