@@ -19,30 +19,30 @@
 static const mr_op_info g_ops[MR_OP_COUNT] = {
     [MR_OP_NONE] = {MR_OP_NONE, "none", 0, 0, MR_OP_NONE, NULL, NULL, NULL, {NULL, NULL}},
     OP(MR_OP_GEMM, "gemm", 2, 1, MR_OP_NONE, gemm_fwd, NULL, CUDA_FN(mr_gemm_fwd_cuda)),
-    OP(MR_OP_ADD, "add", 2, 1, MR_OP_NONE, binary_fwd, NULL, NULL),
-    OP(MR_OP_SUB, "sub", 2, 1, MR_OP_NONE, binary_fwd, NULL, NULL),
-    OP(MR_OP_MUL, "mul", 2, 1, MR_OP_NONE, binary_fwd, NULL, NULL),
-    OP(MR_OP_DIV, "div", 2, 1, MR_OP_NONE, binary_fwd, NULL, NULL),
+    OP(MR_OP_ADD, "add", 2, 1, MR_OP_NONE, binary_fwd, NULL, CUDA_FN(mr_binary_fwd_cuda)),
+    OP(MR_OP_SUB, "sub", 2, 1, MR_OP_NONE, binary_fwd, NULL, CUDA_FN(mr_binary_fwd_cuda)),
+    OP(MR_OP_MUL, "mul", 2, 1, MR_OP_NONE, binary_fwd, NULL, CUDA_FN(mr_binary_fwd_cuda)),
+    OP(MR_OP_DIV, "div", 2, 1, MR_OP_NONE, binary_fwd, NULL, CUDA_FN(mr_binary_fwd_cuda)),
     OP(MR_OP_ADD_BWD, "add_bwd", 3, 2, MR_OP_ADD, binary_bwd, NULL, NULL),
     OP(MR_OP_SUB_BWD, "sub_bwd", 3, 2, MR_OP_SUB, binary_bwd, NULL, NULL),
     OP(MR_OP_MUL_BWD, "mul_bwd", 3, 2, MR_OP_MUL, binary_bwd, NULL, NULL),
     OP(MR_OP_DIV_BWD, "div_bwd", 3, 2, MR_OP_DIV, binary_bwd, NULL, NULL),
-    OP(MR_OP_RELU, "relu", 1, 1, MR_OP_NONE, unary_fwd, NULL, NULL),
-    OP(MR_OP_GELU, "gelu", 1, 1, MR_OP_NONE, unary_fwd, NULL, NULL),
-    OP(MR_OP_TANH, "tanh", 1, 1, MR_OP_NONE, unary_fwd, NULL, NULL),
-    OP(MR_OP_SIGMOID, "sigmoid", 1, 1, MR_OP_NONE, unary_fwd, NULL, NULL),
-    OP(MR_OP_EXP, "exp", 1, 1, MR_OP_NONE, unary_fwd, NULL, NULL),
-    OP(MR_OP_LOG, "log", 1, 1, MR_OP_NONE, unary_fwd, NULL, NULL),
-    OP(MR_OP_SQRT, "sqrt", 1, 1, MR_OP_NONE, unary_fwd, NULL, NULL),
-    OP(MR_OP_SCALE, "scale", 1, 1, MR_OP_NONE, unary_fwd, NULL, NULL),
-    OP(MR_OP_RELU_BWD, "relu_bwd", 3, 1, MR_OP_RELU, unary_bwd, NULL, NULL),
-    OP(MR_OP_GELU_BWD, "gelu_bwd", 3, 1, MR_OP_GELU, unary_bwd, NULL, NULL),
-    OP(MR_OP_TANH_BWD, "tanh_bwd", 3, 1, MR_OP_TANH, unary_bwd, NULL, NULL),
-    OP(MR_OP_SIGMOID_BWD, "sigmoid_bwd", 3, 1, MR_OP_SIGMOID, unary_bwd, NULL, NULL),
-    OP(MR_OP_EXP_BWD, "exp_bwd", 3, 1, MR_OP_EXP, unary_bwd, NULL, NULL),
-    OP(MR_OP_LOG_BWD, "log_bwd", 3, 1, MR_OP_LOG, unary_bwd, NULL, NULL),
-    OP(MR_OP_SQRT_BWD, "sqrt_bwd", 3, 1, MR_OP_SQRT, unary_bwd, NULL, NULL),
-    OP(MR_OP_SCALE_BWD, "scale_bwd", 3, 1, MR_OP_SCALE, unary_bwd, NULL, NULL),
+    OP(MR_OP_RELU, "relu", 1, 1, MR_OP_NONE, unary_fwd, NULL, CUDA_FN(mr_unary_fwd_cuda)),
+    OP(MR_OP_GELU, "gelu", 1, 1, MR_OP_NONE, unary_fwd, NULL, CUDA_FN(mr_unary_fwd_cuda)),
+    OP(MR_OP_TANH, "tanh", 1, 1, MR_OP_NONE, unary_fwd, NULL, CUDA_FN(mr_unary_fwd_cuda)),
+    OP(MR_OP_SIGMOID, "sigmoid", 1, 1, MR_OP_NONE, unary_fwd, NULL, CUDA_FN(mr_unary_fwd_cuda)),
+    OP(MR_OP_EXP, "exp", 1, 1, MR_OP_NONE, unary_fwd, NULL, CUDA_FN(mr_unary_fwd_cuda)),
+    OP(MR_OP_LOG, "log", 1, 1, MR_OP_NONE, unary_fwd, NULL, CUDA_FN(mr_unary_fwd_cuda)),
+    OP(MR_OP_SQRT, "sqrt", 1, 1, MR_OP_NONE, unary_fwd, NULL, CUDA_FN(mr_unary_fwd_cuda)),
+    OP(MR_OP_SCALE, "scale", 1, 1, MR_OP_NONE, unary_fwd, NULL, CUDA_FN(mr_unary_fwd_cuda)),
+    OP(MR_OP_RELU_BWD, "relu_bwd", 3, 1, MR_OP_RELU, unary_bwd, NULL, CUDA_FN(mr_unary_bwd_cuda)),
+    OP(MR_OP_GELU_BWD, "gelu_bwd", 3, 1, MR_OP_GELU, unary_bwd, NULL, CUDA_FN(mr_unary_bwd_cuda)),
+    OP(MR_OP_TANH_BWD, "tanh_bwd", 3, 1, MR_OP_TANH, unary_bwd, NULL, CUDA_FN(mr_unary_bwd_cuda)),
+    OP(MR_OP_SIGMOID_BWD, "sigmoid_bwd", 3, 1, MR_OP_SIGMOID, unary_bwd, NULL, CUDA_FN(mr_unary_bwd_cuda)),
+    OP(MR_OP_EXP_BWD, "exp_bwd", 3, 1, MR_OP_EXP, unary_bwd, NULL, CUDA_FN(mr_unary_bwd_cuda)),
+    OP(MR_OP_LOG_BWD, "log_bwd", 3, 1, MR_OP_LOG, unary_bwd, NULL, CUDA_FN(mr_unary_bwd_cuda)),
+    OP(MR_OP_SQRT_BWD, "sqrt_bwd", 3, 1, MR_OP_SQRT, unary_bwd, NULL, CUDA_FN(mr_unary_bwd_cuda)),
+    OP(MR_OP_SCALE_BWD, "scale_bwd", 3, 1, MR_OP_SCALE, unary_bwd, NULL, CUDA_FN(mr_unary_bwd_cuda)),
     OP(MR_OP_SUM, "sum", 1, 1, MR_OP_NONE, reduce_fwd, NULL, NULL),
     OP(MR_OP_MEAN, "mean", 1, 1, MR_OP_NONE, reduce_fwd, NULL, NULL),
     OP(MR_OP_MAX, "max", 1, 1, MR_OP_NONE, reduce_fwd, NULL, NULL),
@@ -69,9 +69,9 @@ static const mr_op_info g_ops[MR_OP_COUNT] = {
     OP(MR_OP_DROPOUT, "dropout", 1, 1, MR_OP_NONE, dropout_fwd, NULL, NULL),
     OP(MR_OP_DROPOUT_BWD, "dropout_bwd", 1, 1, MR_OP_DROPOUT, dropout_fwd, NULL, NULL),
     OP(MR_OP_PERMUTE, "permute", 1, 1, MR_OP_NONE, permute_fwd, NULL, NULL),
-    OP(MR_OP_CAST, "cast", 1, 1, MR_OP_NONE, cast_fwd, NULL, NULL),
-    OP(MR_OP_SGD_UPDATE, "sgd_update", 3, 0, MR_OP_NONE, sgd_update, NULL, NULL),
-    OP(MR_OP_ADAMW_UPDATE, "adamw_update", 4, 0, MR_OP_NONE, adamw_update, NULL, NULL),
+    OP(MR_OP_CAST, "cast", 1, 1, MR_OP_NONE, cast_fwd, NULL, CUDA_FN(mr_cast_fwd_cuda)),
+    OP(MR_OP_SGD_UPDATE, "sgd_update", 3, 0, MR_OP_NONE, sgd_update, NULL, CUDA_FN(mr_sgd_update_cuda)),
+    OP(MR_OP_ADAMW_UPDATE, "adamw_update", 4, 0, MR_OP_NONE, adamw_update, NULL, CUDA_FN(mr_adamw_update_cuda)),
 };
 
 const mr_op_info *mr_op_get(mr_op_id op) {
@@ -93,6 +93,8 @@ void mr_op_args_init(mr_op_args *a, mr_op_id op) {
         a->n_in = info->n_in;
         a->n_out = info->n_out;
     }
+    /* PyTorch's default: a zeroed params union would silently ignore every row labelled 0 */
+    if (op == MR_OP_SOFTMAX_XENT || op == MR_OP_SOFTMAX_XENT_BWD) a->p.xent.ignore_index = -100;
 }
 
 size_t mr_op_workspace_bytes(const mr_op_args *a) {
@@ -106,12 +108,13 @@ static mr_status check_common(const mr_op_args *a, const mr_op_info **out) {
     if (a->n_in != info->n_in || a->n_out != info->n_out)
         return mr_set_error(MR_ERR_INVALID, "%s: expects %d inputs and %d outputs, got %d and %d",
                             info->name, info->n_in, info->n_out, a->n_in, a->n_out);
+    mr_status st = info->check(a);
+    if (st != MR_OK) return st;
+    /* only after the check: workspace functions may assume valid arguments */
     size_t ws = info->workspace ? info->workspace(a) : 0;
     if (ws > 0 && (a->workspace == NULL || a->workspace_bytes < ws))
         return mr_set_error(MR_ERR_INVALID, "%s: needs a workspace of %zu bytes, got %zu", info->name,
                             ws, a->workspace ? a->workspace_bytes : (size_t)0);
-    mr_status st = info->check(a);
-    if (st != MR_OK) return st;
     *out = info;
     return MR_OK;
 }

@@ -17,6 +17,19 @@ static int float_ok(mr_dtype t, int allow_half) {
     return t == MR_F32 || t == MR_F64 || (allow_half && (t == MR_F16 || t == MR_BF16));
 }
 
+/* The views that hold integers (labels, token ids, argmax); every other view must be float. */
+static int is_int_slot(mr_op_id op, int is_out, int i) {
+    switch (op) {
+    case MR_OP_SOFTMAX_XENT:
+    case MR_OP_SOFTMAX_XENT_BWD:
+    case MR_OP_EMBEDDING: return !is_out && i == 1;
+    case MR_OP_EMBEDDING_BWD:
+    case MR_OP_MAXPOOL2D_BWD: return !is_out && i == 0;
+    case MR_OP_MAXPOOL2D: return is_out && i == 1;
+    default: return 0;
+    }
+}
+
 mr_status mr_op_check_float(const mr_op_args *a, int allow_half, mr_dtype *dt) {
     int have = 0;
     mr_dtype first = MR_F32;
@@ -24,7 +37,16 @@ mr_status mr_op_check_float(const mr_op_args *a, int allow_half, mr_dtype *dt) {
         const mr_view *v = k == 0 ? a->in : a->out;
         int n = k == 0 ? a->n_in : a->n_out;
         for (int i = 0; i < n; i++) {
-            if (!v[i].data || !mr_dtype_is_float(v[i].dtype)) continue;
+            if (!v[i].data) continue;
+            if (is_int_slot(a->op, k, i)) {
+                if (v[i].dtype != MR_I32)
+                    return mr_op_error(a, "%s[%d] has dtype %s; expected i32", k ? "out" : "in", i,
+                                       mr_dtype_name(v[i].dtype));
+                continue;
+            }
+            if (!mr_dtype_is_float(v[i].dtype))
+                return mr_op_error(a, "%s[%d] has dtype %s; expected a float type", k ? "out" : "in", i,
+                                   mr_dtype_name(v[i].dtype));
             if (!float_ok(v[i].dtype, allow_half))
                 return mr_op_error(a, "%s[%d] has dtype %s; expected f32 or f64", k ? "out" : "in",
                                    i, mr_dtype_name(v[i].dtype));

@@ -191,7 +191,8 @@ mr_status mr_op_run(mr_device_kind kind, const mr_op_args *a) MR_WUR;
 /* Validates and runs the scalar reference. */
 mr_status mr_op_run_ref(const mr_op_args *a) MR_WUR;
 
-/* Initialises args for `op` with counts from the table and zeroed params. */
+/* Initialises args for `op` with counts from the table and zeroed params (but
+ * p.xent.ignore_index = -100, PyTorch's default, for the cross-entropy ops). */
 void mr_op_args_init(mr_op_args *a, mr_op_id op);
 
 /* CPU backend facts: the GEMM provider chosen at run time and why, the thread count. */

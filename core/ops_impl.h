@@ -53,15 +53,14 @@ size_t mr_conv2d_bwd_filter_workspace(const mr_op_args *a);
 #define mr_op_error(a, ...) mr_op_error_at((a), __FILE__, __LINE__, __VA_ARGS__)
 mr_status mr_op_error_at(const mr_op_args *a, const char *file, int line, const char *fmt, ...)
     MR_PRINTF(4, 5);
-/* Checks that views in[first..first+n) and out[...] are float and of one dtype (f32 or f64,
- * plus f16/bf16 if allow_half). Views with data == NULL are skipped. Returns the dtype via
- * *dt. */
+/* Checks that every view with data is float and of one dtype (f32 or f64, plus f16/bf16 if
+ * allow_half), except the op's integer views (labels, ids, argmax), which must be i32. Views
+ * with data == NULL are skipped. Returns the float dtype via *dt. */
 mr_status mr_op_check_float(const mr_op_args *a, int allow_half, mr_dtype *dt);
 /* Checks a view's shape equals `s`, naming the view ("in[1]", role) in the error. */
 mr_status mr_op_check_shape(const mr_op_args *a, const mr_view *v, const char *role, const mr_shape *s);
 /* True when every float view (non-NULL data) is f64: CPU kernels then run the reference. */
 int mr_op_is_f64(const mr_op_args *a);
-/* 64-byte aligned host scratch for CPU kernels that were not given a workspace. */
 
 #ifdef __cplusplus
 }

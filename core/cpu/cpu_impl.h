@@ -29,6 +29,11 @@ void mr_cpu_sgemm_builtin(int trans_a, int trans_b, int64_t m, int64_t n, int64_
                           const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                           int64_t ldc);
 
+/* mirror's AVX-512 kernel (sgemm_avx512.c); requires AVX-512F. Returns 0 without touching C
+ * when it cannot run (out of memory for packing buffers), 1 when done. m, n, k > 0. */
+int mr_cpu_sgemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                        int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+
 /* Propagates the process thread count to the provider. */
 void mr_cpu_gemm_set_threads(int n);
 

@@ -96,7 +96,8 @@ typedef char *(*get_str_fn)(void);
 enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
 
 static struct {
-    cblas_sgemm_fn sgemm; /* NULL: the built-in kernel */
+    int avx512;           /* mirror's AVX-512 kernel */
+    cblas_sgemm_fn sgemm; /* else OpenBLAS; both NULL/0: the built-in kernel */
     set_threads_fn set_threads;
     char name[160];
 } g_gemm;
@@ -176,11 +177,26 @@ static int try_openblas(const char *path) {
     return 1;
 }
 
+static void avx512_as_cblas(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                            const float *b, int ldb, float beta, float *c, int ldc) {
+    (void)order;
+    mr_cpu_sgemm_avx512(ta == CBLAS_TRANS, tb == CBLAS_TRANS, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 static void choose_provider(void) {
     const char *force = getenv("MIRROR_GEMM");
     int want_builtin = force && !strcmp(force, "builtin");
-    if (force && !want_builtin && strcmp(force, "openblas"))
-        mr_log_warn("gemm: MIRROR_GEMM=%s is not openblas or builtin; choosing automatically", force);
+    int want_openblas = force && !strcmp(force, "openblas");
+    if (force && !want_builtin && !want_openblas && strcmp(force, "avx512"))
+        mr_log_warn("gemm: MIRROR_GEMM=%s is not avx512, openblas or builtin; choosing automatically", force);
+    if (!want_builtin && !want_openblas && mr_cpu_caps_get()->avx512f) {
+        if (verify_sgemm(avx512_as_cblas)) {
+            g_gemm.avx512 = 1;
+            snprintf(g_gemm.name, sizeof g_gemm.name, "mirror avx512 14x32 kernel");
+            return;
+        }
+        mr_log_warn("gemm: mirror's AVX-512 kernel failed verification on this CPU; not using it");
+    }
     if (!want_builtin) {
         const char *user_lib = getenv("MIRROR_BLAS_LIB");
         /* Debian's OpenMP build first (one thread pool), then whatever libopenblas the loader finds. */
@@ -259,6 +275,8 @@ void mr_cpu_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, flo
                   int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
     pthread_once(&g_gemm_once, choose_provider);
     if (m == 0 || n == 0) return;
+    if (g_gemm.avx512 && k > 0 && mr_cpu_sgemm_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+        return;
     if (g_gemm.sgemm && m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX && lda <= INT32_MAX &&
         ldb <= INT32_MAX && ldc <= INT32_MAX) {
         if (k == 0) {

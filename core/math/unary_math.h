@@ -5,6 +5,7 @@
 #define MR_MATH_UNARY_MATH_H
 
 #include <math.h>
+#include <stdint.h>
 #include "core/math/hd.h"
 
 #define MR_DEFINE_UNARY_MATH(T, S, EXP, LOG, TANH, SQRT)                                        \
@@ -49,16 +50,34 @@
         }                                                                                       \
         return p - lr * g;                                                                      \
     }                                                                                           \
-    /* torch.optim.AdamW for one element; bc1 = 1-beta1^t, bc2_sqrt = sqrt(1-beta2^t) */        \
-    MR_HD static inline T mr_adamw_##S(T p, T g, T *m, T *v, T lr, T beta1, T beta2, T eps,     \
-                                        T wd, T bc1, T bc2_sqrt) {                             \
-        p = p * ((T)1 - lr * wd);                                                               \
-        T mm = beta1 * *m + ((T)1 - beta1) * g;                                                 \
-        T vv = beta2 * *v + ((T)1 - beta2) * g * g;                                             \
+    /* torch.optim.AdamW: the per-step constants, formed in double and rounded once to T (as      \
+     * PyTorch does; forming 1 - beta2 in f32 would be 1.3e-5 relative off for beta2 = 0.999) */ \
+    typedef struct mr_adamw_consts_##S {                                                        \
+        T beta1, one_m_beta1, beta2, one_m_beta2, eps, decay, step_size, bc2_sqrt;              \
+    } mr_adamw_consts_##S;                                                                      \
+    MR_HD static inline mr_adamw_consts_##S mr_adamw_prepare_##S(double lr, double beta1, double beta2, \
+                                                                 double eps, double wd, int64_t step) { \
+        mr_adamw_consts_##S c;                                                                  \
+        double bc1 = 1.0 - pow(beta1, (double)step);                                            \
+        c.beta1 = (T)beta1;                                                                     \
+        c.one_m_beta1 = (T)(1.0 - beta1);                                                       \
+        c.beta2 = (T)beta2;                                                                     \
+        c.one_m_beta2 = (T)(1.0 - beta2);                                                       \
+        c.eps = (T)eps;                                                                         \
+        c.decay = (T)(1.0 - lr * wd);                                                           \
+        c.step_size = (T)(lr / bc1);                                                            \
+        c.bc2_sqrt = (T)sqrt(1.0 - pow(beta2, (double)step));                                   \
+        return c;                                                                               \
+    }                                                                                           \
+    /* one element: returns the new parameter, updates *m and *v */                            \
+    MR_HD static inline T mr_adamw_##S(T p, T g, T *m, T *v, mr_adamw_consts_##S c) {          \
+        p = p * c.decay;                                                                        \
+        T mm = c.beta1 * *m + c.one_m_beta1 * g;                                                \
+        T vv = c.beta2 * *v + c.one_m_beta2 * g * g;                                            \
         *m = mm;                                                                                \
         *v = vv;                                                                                \
-        T denom = SQRT(vv) / bc2_sqrt + eps;                                                    \
-        return p - (lr / bc1) * mm / denom;                                                     \
+        T denom = SQRT(vv) / c.bc2_sqrt + c.eps;                                                \
+        return p - c.step_size * mm / denom;                                                    \
     }
 
 MR_DEFINE_UNARY_MATH(float, f32, expf, logf, tanhf, sqrtf)

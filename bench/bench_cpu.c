@@ -1,0 +1,251 @@
+/* CPU benchmark: the machine's own peaks, measured here, next to what mirror achieves.
+ *
+ *   peak fp32   an FMA loop with independent accumulators on every thread (AVX-512, else AVX2),
+ *               so "% of peak" is against this machine's measured ceiling, not a datasheet.
+ *   bandwidth   a STREAM-style triad over arrays far larger than the caches.
+ *   GEMM        mr_op_run(MR_OP_GEMM) at square sizes and at the shapes the reference models use
+ *               (MLP 784-1024-1024-10 at batch 256; the CNN's im2col GEMMs at batch 128), plus
+ *               the built-in fallback kernel once, for scale.
+ *   ops         elementwise, reduction and normalisation ops in GB/s of compulsory traffic.
+ * Usage: bench_cpu [--quick]. Prints a markdown table. Timings are medians of repeated runs. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <omp.h>
+
+#include "core/ops.h"
+#include "core/cpu/cpu_impl.h"
+#include "core/math/philox_math.h"
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return v[n / 2];
+}
+
+/* ---- peaks -------------------------------------------------------------------------------------- */
+
+__attribute__((target("avx512f"))) static float fma_loop_avx512(long iters) {
+    __m512 acc[16], x = _mm512_set1_ps(1.0000001f), y = _mm512_set1_ps(0.9999999f);
+    for (int i = 0; i < 16; i++) acc[i] = _mm512_set1_ps((float)i);
+    for (long it = 0; it < iters; it++)
+        for (int i = 0; i < 16; i++) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
+    __m512 s = acc[0];
+    for (int i = 1; i < 16; i++) s = _mm512_add_ps(s, acc[i]);
+    return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx2,fma"))) static float fma_loop_avx2(long iters) {
+    __m256 acc[12], x = _mm256_set1_ps(1.0000001f), y = _mm256_set1_ps(0.9999999f);
+    for (int i = 0; i < 12; i++) acc[i] = _mm256_set1_ps((float)i);
+    for (long it = 0; it < iters; it++)
+        for (int i = 0; i < 12; i++) acc[i] = _mm256_fmadd_ps(acc[i], x, y);
+    float out[8], s = 0;
+    for (int i = 1; i < 12; i++) acc[0] = _mm256_add_ps(acc[0], acc[i]);
+    _mm256_storeu_ps(out, acc[0]);
+    for (int i = 0; i < 8; i++) s += out[i];
+    return s;
+}
+
+/* GFLOP/s of the FMA loop on `threads` threads (best of 5). */
+static double peak_fp32(int threads) {
+    const mr_cpu_caps *k = mr_cpu_caps_get();
+    int avx512 = k->avx512f;
+    long iters = 20000000;
+    double flops_per_iter = avx512 ? 16.0 * 16 * 2 : 12.0 * 8 * 2;
+    double best = 0;
+    volatile float sink = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now_s();
+#pragma omp parallel num_threads(threads)
+        {
+            float r = avx512 ? fma_loop_avx512(iters) : (k->avx2 ? fma_loop_avx2(iters) : 0.0f);
+#pragma omp atomic
+            sink += r;
+        }
+        double t = now_s() - t0;
+        double g = flops_per_iter * (double)iters * threads / t / 1e9;
+        if (g > best) best = g;
+    }
+    (void)sink;
+    return best;
+}
+
+/* Triad a = b + s*c over arrays of n floats; GB/s counting 3 streams of n*4 bytes (best of 5). */
+static double stream_triad(int64_t n) {
+    float *a = aligned_alloc(64, (size_t)n * 4), *b = aligned_alloc(64, (size_t)n * 4), *c = aligned_alloc(64, (size_t)n * 4);
+    if (!a || !b || !c) return 0;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        a[i] = 0;
+        b[i] = 1;
+        c[i] = 2;
+    }
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now_s();
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i++) a[i] = b[i] + 3.0f * c[i];
+        double t = now_s() - t0;
+        double g = 3.0 * 4.0 * (double)n / t / 1e9;
+        if (g > best) best = g;
+    }
+    free(a);
+    free(b);
+    free(c);
+    return best;
+}
+
+/* ---- GEMM --------------------------------------------------------------------------------------- */
+
+static float *rand_buf(int64_t n, uint64_t seed) {
+    float *p = aligned_alloc(64, (size_t)((n * 4 + 63) / 64 * 64));
+    for (int64_t i = 0; i < n; i++) p[i] = mr_u32_to_unit_f32(mr_philox_u32(seed, 0, (uint64_t)i)) - 0.5f;
+    return p;
+}
+
+/* Median GFLOP/s of C(M,N) = A(M,K) op(B) through the GEMM op (or the built-in kernel). */
+static double bench_gemm(int64_t m, int64_t n, int64_t k, int tb, int builtin, int reps) {
+    float *A = rand_buf(m * k, 1), *B = rand_buf(k * n, 2), *C = rand_buf(m * n, 3);
+    mr_op_args a;
+    mr_op_args_init(&a, MR_OP_GEMM);
+    a.p.gemm = (mr_gemm_params){0, tb, 1.0, 0.0};
+    a.in[0] = (mr_view){A, MR_F32, mr_shape_2d(m, k)};
+    a.in[1] = (mr_view){B, MR_F32, tb ? mr_shape_2d(n, k) : mr_shape_2d(k, n)};
+    a.out[0] = (mr_view){C, MR_F32, mr_shape_2d(m, n)};
+    double t[64];
+    if (reps > 64) reps = 64;
+    for (int r = -1; r < reps; r++) {
+        double t0 = now_s();
+        if (builtin) {
+            mr_cpu_sgemm_builtin(0, tb, m, n, k, 1.0f, A, k, B, tb ? k : n, 0.0f, C, n);
+        } else if (mr_op_run(MR_DEVICE_CPU, &a) != MR_OK) {
+            fprintf(stderr, "gemm failed: %s\n", mr_last_error());
+            exit(1);
+        }
+        if (r >= 0) t[r] = now_s() - t0;
+    }
+    free(A);
+    free(B);
+    free(C);
+    return 2.0 * (double)m * (double)n * (double)k / median(t, reps) / 1e9;
+}
+
+/* ---- ops ------------------------------------------------------------------------------------------ */
+
+/* Median GB/s of one op over n f32 elements; `bytes` is its compulsory traffic. */
+static double bench_op(mr_op_args *a, double bytes, int reps) {
+    double t[64];
+    for (int r = -1; r < reps; r++) {
+        double t0 = now_s();
+        if (mr_op_run(MR_DEVICE_CPU, a) != MR_OK) {
+            fprintf(stderr, "%s failed: %s\n", mr_op_get(a->op)->name, mr_last_error());
+            return 0;
+        }
+        if (r >= 0) t[r] = now_s() - t0;
+    }
+    return bytes / median(t, reps) / 1e9;
+}
+
+int main(int argc, char **argv) {
+    int quick = argc > 1 && !strcmp(argv[1], "--quick");
+    int threads = mr_cpu_threads();
+    printf("# mirror CPU benchmark\n\n");
+    printf("- threads: %d; CPU features: %s\n", threads, mr_cpu_features());
+    printf("- GEMM provider: %s\n", mr_cpu_gemm_provider());
+    double peak1 = peak_fp32(1), peak = peak_fp32(threads);
+    double bw = stream_triad(quick ? (int64_t)1 << 25 : (int64_t)1 << 27);
+    printf("- measured fp32 peak: %.1f GFLOP/s on %d threads (%.1f on 1)\n", peak, threads, peak1);
+    printf("- measured memory bandwidth (triad): %.1f GB/s\n\n", bw);
+
+    printf("| GEMM (M x N x K, B^T?) | GFLOP/s | %% of peak |\n|---|---:|---:|\n");
+    struct { int64_t m, n, k; int tb; const char *what; } g[] = {
+        {1024, 1024, 1024, 0, "square"},
+        {2048, 2048, 2048, 0, "square"},
+        {4096, 4096, 4096, 0, "square"},
+        {256, 1024, 784, 1, "MLP fc1 fwd (x W^T)"},
+        {256, 1024, 1024, 1, "MLP fc2 fwd"},
+        {256, 784, 1024, 0, "MLP fc1 bwd data (dy W)"},
+        {32, 100352, 9, 0, "CNN conv1 im2col, b128"},
+        {64, 25088, 288, 0, "CNN conv2 im2col, b128"},
+        {64, 288, 25088, 1, "CNN conv2 dW (dy col^T)"},
+    };
+    int ng = (int)(sizeof g / sizeof *g);
+    for (int i = 0; i < ng; i++) {
+        if (quick && g[i].m == 4096) continue;
+        int reps = g[i].m >= 2048 ? 5 : 15;
+        double gf = bench_gemm(g[i].m, g[i].n, g[i].k, g[i].tb, 0, reps);
+        printf("| %lld x %lld x %lld%s (%s) | %.1f | %.0f%% |\n", (long long)g[i].m, (long long)g[i].n,
+               (long long)g[i].k, g[i].tb ? " B^T" : "", g[i].what, gf, 100.0 * gf / peak);
+    }
+    double gb = bench_gemm(1024, 1024, 1024, 0, 1, 3);
+    printf("| 1024^3 built-in fallback kernel | %.1f | %.0f%% |\n\n", gb, 100.0 * gb / peak);
+
+    /* Elementwise and row-wise ops on 16M f32 elements (rows of 1024 for the row ops). */
+    int64_t n = quick ? (int64_t)1 << 22 : (int64_t)1 << 24, cols = 1024, rows = n / cols;
+    float *x = rand_buf(n, 4), *y = rand_buf(n, 5), *z = rand_buf(n, 6), *w = rand_buf(n, 7);
+    float *gm = rand_buf(cols, 8), *bt = rand_buf(cols, 9), *mu = rand_buf(rows, 10), *rs = rand_buf(rows, 11);
+    mr_shape s1 = mr_shape_1d(n), s2 = mr_shape_2d(rows, cols);
+    printf("| op (%lld f32) | GB/s | %% of triad |\n|---|---:|---:|\n", (long long)n);
+    struct { mr_op_id op; int nin, nout; double streams; } ops[] = {
+        {MR_OP_ADD, 2, 1, 3}, {MR_OP_MUL, 2, 1, 3}, {MR_OP_RELU, 1, 1, 2}, {MR_OP_GELU, 1, 1, 2},
+        {MR_OP_EXP, 1, 1, 2}, {MR_OP_GELU_BWD, 3, 1, 3}, {MR_OP_SUM, 1, 1, 1}, {MR_OP_SOFTMAX, 1, 1, 2},
+        {MR_OP_LAYERNORM, 3, 3, 2}, {MR_OP_ADAMW_UPDATE, 4, 0, 7}, {MR_OP_CAST, 1, 1, 1.5},
+    };
+    uint16_t *h = aligned_alloc(64, (size_t)n * 2);
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
+        mr_op_args a;
+        mr_op_args_init(&a, ops[i].op);
+        float *bufs[4] = {x, y, z, w};
+        int rowop = ops[i].op == MR_OP_SOFTMAX || ops[i].op == MR_OP_LAYERNORM;
+        for (int j = 0; j < a.n_in; j++) a.in[j] = (mr_view){bufs[j], MR_F32, rowop ? s2 : s1};
+        for (int j = 0; j < a.n_out; j++) a.out[j] = (mr_view){w, MR_F32, rowop ? s2 : s1};
+        switch (ops[i].op) {
+        case MR_OP_SUM:
+            a.p.reduce.axes = 1;
+            a.out[0] = (mr_view){w, MR_F32, mr_shape_1d(1)};
+            break;
+        case MR_OP_LAYERNORM:
+            a.p.layernorm.eps = 1e-5;
+            a.in[1] = (mr_view){gm, MR_F32, mr_shape_1d(cols)};
+            a.in[2] = (mr_view){bt, MR_F32, mr_shape_1d(cols)};
+            a.out[1] = (mr_view){mu, MR_F32, mr_shape_1d(rows)};
+            a.out[2] = (mr_view){rs, MR_F32, mr_shape_1d(rows)};
+            break;
+        case MR_OP_ADAMW_UPDATE:
+            a.p.adamw = (mr_adamw_params){1e-3, 0.9, 0.999, 1e-8, 0.01, 1};
+            for (int j = 0; j < 4; j++) a.in[j] = (mr_view){bufs[j], MR_F32, s1};
+            break;
+        case MR_OP_CAST:
+            a.out[0] = (mr_view){h, MR_BF16, s1};
+            break;
+        default:
+            break;
+        }
+        double gbs = bench_op(&a, ops[i].streams * 4.0 * (double)n, quick ? 5 : 11);
+        printf("| %s | %.1f | %.0f%% |\n", mr_op_get(ops[i].op)->name, gbs, 100.0 * gbs / bw);
+    }
+    free(h);
+    free(x);
+    free(y);
+    free(z);
+    free(w);
+    free(gm);
+    free(bt);
+    free(mu);
+    free(rs);
+    return 0;
+}

@@ -1,0 +1,235 @@
+/* mirror's own single-precision GEMM for AVX-512 CPUs (Goto/BLIS blocking).
+ *
+ * C (m,n) = alpha * op(A) (m,k) * op(B) (k,n) + beta * C, row-major with row strides.
+ *  - micro-kernel: a 14 x 32 tile of C held in 28 zmm registers; each k step loads two vectors
+ *    of a packed B panel and broadcasts 14 values of a packed A panel (28 FMAs per 2 loads + 14
+ *    broadcasts, which the two FMA ports sustain).
+ *  - blocking: KC = 256 (a 32-column B micro-panel, 32 KiB, stays in L1 across the row loop),
+ *    MC = 168 rows of packed A (168 KiB, in L2), NC = up to 2048 columns of packed B per thread.
+ *  - threads split the columns of C (in 32-column units; rows when n is small), so every element
+ *    of C is computed by one thread in one fixed k order: results do not depend on the thread
+ *    count. Inside an enclosing OpenMP parallel region it runs on the calling thread alone.
+ *  - packing buffers are allocated once per thread slot and reused: steady-state calls do not
+ *    allocate.
+ * Used only where mr_cpu_caps_get() reports AVX-512F (gemm_cpu.c selects it). */
+#include "core/cpu/cpu_impl.h"
+
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+enum { MR = 14, NR = 32, KC = 256, MC = 168, NC = 2048 };
+
+/* Packing buffers come from a process-wide pool: a call takes one set per thread and gives it
+ * back, so concurrent callers (OpenMP teams, replica threads, loader threads) never share one,
+ * and after the first calls the pool holds enough sets that nothing is allocated. */
+typedef struct pack_bufs {
+    float *ap; /* MC x KC packed A */
+    float *bp; /* KC x NC packed B */
+    struct pack_bufs *next_free, *next_all;
+} pack_bufs;
+
+static pack_bufs *g_free, *g_all;
+static pthread_mutex_t g_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+
+__attribute__((destructor)) static void free_pool(void) {
+    pack_bufs *b = g_all;
+    while (b) {
+        pack_bufs *next = b->next_all;
+        free(b->ap);
+        free(b->bp);
+        free(b);
+        b = next;
+    }
+    g_all = g_free = NULL;
+}
+
+/* A set of buffers for the calling thread (NULL on out-of-memory). */
+static pack_bufs *acquire_bufs(void) {
+    pthread_mutex_lock(&g_pool_lock);
+    pack_bufs *b = g_free;
+    if (b) {
+        g_free = b->next_free;
+    } else {
+        b = calloc(1, sizeof *b);
+        if (b) {
+            b->ap = aligned_alloc(64, sizeof(float) * MC * KC);
+            b->bp = aligned_alloc(64, sizeof(float) * KC * NC);
+            b->next_all = g_all;
+            g_all = b;
+            if (!b->ap || !b->bp) b = NULL; /* stays on the all-list, freed at exit */
+        }
+    }
+    pthread_mutex_unlock(&g_pool_lock);
+    return b;
+}
+
+static void release_bufs(pack_bufs *b) {
+    if (!b) return;
+    pthread_mutex_lock(&g_pool_lock);
+    b->next_free = g_free;
+    g_free = b;
+    pthread_mutex_unlock(&g_pool_lock);
+}
+
+/* Packs op(A)[i0:i0+mc, p0:p0+kc] into micro-panels of MR rows: ap[panel][k][r], zero padded. */
+static void pack_a(int trans_a, const float *a, int64_t lda, int64_t i0, int64_t p0, int mc, int kc, float *ap) {
+    for (int ir = 0; ir < mc; ir += MR) {
+        int mr = mc - ir < MR ? mc - ir : MR;
+        float *dst = ap + (int64_t)ir * kc;
+        if (!trans_a) {
+            for (int r = 0; r < mr; r++) {
+                const float *src = a + (i0 + ir + r) * lda + p0;
+                for (int k = 0; k < kc; k++) dst[k * MR + r] = src[k];
+            }
+        } else {
+            for (int k = 0; k < kc; k++) {
+                const float *src = a + (p0 + k) * lda + i0 + ir;
+                for (int r = 0; r < mr; r++) dst[k * MR + r] = src[r];
+            }
+        }
+        for (int r = mr; r < MR; r++)
+            for (int k = 0; k < kc; k++) dst[k * MR + r] = 0.0f;
+    }
+}
+
+/* Packs op(B)[p0:p0+kc, j0:j0+nc] into micro-panels of NR columns: bp[panel][k][c], zero padded. */
+static void pack_b(int trans_b, const float *b, int64_t ldb, int64_t p0, int64_t j0, int kc, int nc, float *bp) {
+    for (int jr = 0; jr < nc; jr += NR) {
+        int nr = nc - jr < NR ? nc - jr : NR;
+        float *dst = bp + (int64_t)jr * kc;
+        if (!trans_b) {
+            for (int k = 0; k < kc; k++) {
+                const float *src = b + (p0 + k) * ldb + j0 + jr;
+                float *d = dst + k * NR;
+                int c = 0;
+                for (; c < nr; c++) d[c] = src[c];
+                for (; c < NR; c++) d[c] = 0.0f;
+            }
+        } else {
+            for (int c = 0; c < nr; c++) {
+                const float *src = b + (j0 + jr + c) * ldb + p0;
+                for (int k = 0; k < kc; k++) dst[k * NR + c] = src[k];
+            }
+            for (int c = nr; c < NR; c++)
+                for (int k = 0; k < kc; k++) dst[k * NR + c] = 0.0f;
+        }
+    }
+}
+
+/* acc = ap (kc x MR) ^T * bp (kc x NR); then C[0:mr, 0:nr] = alpha*acc + (accumulate ? C : beta*C)
+ * (beta == 0 and !accumulate: C is not read). */
+__attribute__((target("avx512f"))) static void micro_kernel(int kc, const float *ap, const float *bp, float *c,
+                                                             int64_t ldc, int mr, int nr, float alpha, float beta,
+                                                             int accumulate) {
+    __m512 acc[MR][2];
+    for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int k = 0; k < kc; k++) {
+        __m512 b0 = _mm512_load_ps(bp + k * NR), b1 = _mm512_load_ps(bp + k * NR + 16);
+        const float *a = ap + k * MR;
+#pragma GCC unroll 14
+        for (int r = 0; r < MR; r++) {
+            __m512 av = _mm512_set1_ps(a[r]);
+            acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+        }
+    }
+    __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1u);
+    __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : (nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1u));
+    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    for (int r = 0; r < mr; r++) {
+        float *cr = c + r * ldc;
+        __m512 y0 = _mm512_mul_ps(va, acc[r][0]), y1 = _mm512_mul_ps(va, acc[r][1]);
+        if (accumulate) {
+            y0 = _mm512_add_ps(y0, _mm512_maskz_loadu_ps(m0, cr));
+            y1 = _mm512_add_ps(y1, _mm512_maskz_loadu_ps(m1, cr + 16));
+        } else if (beta != 0.0f) {
+            y0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), y0);
+            y1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), y1);
+        }
+        _mm512_mask_storeu_ps(cr, m0, y0);
+        _mm512_mask_storeu_ps(cr + 16, m1, y1);
+    }
+}
+
+/* One thread's share: rows [i_begin, i_end) x columns [j_begin, j_end) of C. */
+static void gemm_block(int trans_a, int trans_b, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end,
+                       int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                       float *c, int64_t ldc, pack_bufs *bufs) {
+    for (int64_t j0 = j_begin; j0 < j_end; j0 += NC) {
+        int nc = (int)(j_end - j0 < NC ? j_end - j0 : NC);
+        for (int64_t p0 = 0; p0 < k; p0 += KC) {
+            int kc = (int)(k - p0 < KC ? k - p0 : KC);
+            pack_b(trans_b, b, ldb, p0, j0, kc, nc, bufs->bp);
+            for (int64_t i0 = i_begin; i0 < i_end; i0 += MC) {
+                int mc = (int)(i_end - i0 < MC ? i_end - i0 : MC);
+                pack_a(trans_a, a, lda, i0, p0, mc, kc, bufs->ap);
+                for (int jr = 0; jr < nc; jr += NR) {
+                    int nr = nc - jr < NR ? nc - jr : NR;
+                    for (int ir = 0; ir < mc; ir += MR) {
+                        int mr = mc - ir < MR ? mc - ir : MR;
+                        micro_kernel(kc, bufs->ap + (int64_t)ir * kc, bufs->bp + (int64_t)jr * kc,
+                                     c + (i0 + ir) * ldc + j0 + jr, ldc, mr, nr, alpha, beta, p0 > 0);
+                    }
+                }
+            }
+        }
+    }
+}
+
+int mr_cpu_sgemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                        int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    if (m <= 0 || n <= 0 || k <= 0) return 0; /* the caller handles the degenerate cases */
+    int nthreads = 1;
+#ifdef _OPENMP
+    if (!omp_in_parallel()) nthreads = omp_get_max_threads();
+#endif
+    /* Too little work to share: one thread. */
+    if ((double)m * (double)n * (double)k < 2e6) nthreads = 1;
+    int64_t col_units = (n + NR - 1) / NR, row_units = (m + MR - 1) / MR;
+    int split_cols = col_units >= (int64_t)nthreads * 2 || col_units >= row_units;
+    int64_t units = split_cols ? col_units : row_units;
+    if (units < nthreads) nthreads = (int)units;
+    if (nthreads <= 1) {
+        pack_bufs *bufs = acquire_bufs();
+        if (!bufs) return 0;
+        gemm_block(trans_a, trans_b, 0, m, 0, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bufs);
+        release_bufs(bufs);
+        return 1;
+    }
+    /* Take every thread's buffers up front, so an out-of-memory leaves C untouched. */
+    enum { MAX_TEAM = 64 };
+    pack_bufs *team[MAX_TEAM];
+    if (nthreads > MAX_TEAM) nthreads = MAX_TEAM;
+    for (int t = 0; t < nthreads; t++) {
+        team[t] = acquire_bufs();
+        if (!team[t]) {
+            while (t-- > 0) release_bufs(team[t]);
+            return 0;
+        }
+    }
+#pragma omp parallel num_threads(nthreads)
+    {
+        int t = 0, nt = 1;
+#ifdef _OPENMP
+        t = omp_get_thread_num();
+        nt = omp_get_num_threads();
+#endif
+        int64_t u0 = units * t / nt, u1 = units * (t + 1) / nt;
+        if (u1 > u0) {
+            if (split_cols) {
+                int64_t j0 = u0 * NR, j1 = u1 * NR < n ? u1 * NR : n;
+                gemm_block(trans_a, trans_b, 0, m, j0, j1, k, alpha, a, lda, b, ldb, beta, c, ldc, team[t]);
+            } else {
+                int64_t i0 = u0 * MR, i1 = u1 * MR < m ? u1 * MR : m;
+                gemm_block(trans_a, trans_b, i0, i1, 0, n, k, alpha, a, lda, b, ldb, beta, c, ldc, team[t]);
+            }
+        }
+    }
+    for (int t = 0; t < nthreads; t++) release_bufs(team[t]);
+    return 1;
+}

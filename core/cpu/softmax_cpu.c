@@ -1,0 +1,156 @@
+/* Softmax, log-softmax and softmax cross-entropy on the CPU: f32 fast paths (f64 runs the
+ * reference). Rows are independent, so the loops run in parallel over rows; within a row one
+ * vectorised pass finds the maximum and one sums exp(x - max) (storing the exponentials where
+ * the output needs them), then a last pass scales. Each row is summed by one thread in a fixed
+ * order, so results do not depend on the thread count. */
+#include "core/ops_impl.h"
+
+#include <math.h>
+
+/* Each row is one loop, so which elements take libmvec's vector body never depends on the
+ * thread count. */
+#include "core/cpu/vec_math_impl.h"
+
+#define SM_PAR_MIN 16384
+
+static mr_status f32_only(const mr_op_args *a, mr_dtype dt) {
+    return mr_op_error(a, "the CPU kernel takes f32 or f64, got %s", mr_dtype_name(dt));
+}
+
+static inline float row_max(const float *restrict x, int64_t c) {
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int64_t j = 0; j < c; j++) m = x[j] > m ? x[j] : m;
+    return m;
+}
+
+/* p[j] = exp(x[j] - m); returns their sum. */
+static inline float row_exp(const float *restrict x, float *restrict p, int64_t c, float m) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < c; j++) {
+        float e = expf(x[j] - m);
+        p[j] = e;
+        s += e;
+    }
+    return s;
+}
+
+/* x (rows, cols) -> y (rows, cols) */
+mr_status mr_softmax_fwd_cpu(const mr_op_args *a) {
+    if (mr_op_is_f64(a)) return mr_softmax_fwd_ref(a);
+    if (a->in[0].dtype != MR_F32) return f32_only(a, a->in[0].dtype);
+    int64_t rows, cols;
+    mr_shape_rows_cols(&a->in[0].shape, &rows, &cols);
+    const float *X = a->in[0].data;
+    float *Y = a->out[0].data;
+    const int log_sm = a->op == MR_OP_LOG_SOFTMAX;
+    if (cols == 0) return MR_OK;
+#pragma omp parallel for schedule(static) if (rows * cols > SM_PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *restrict x = X + r * cols;
+        float *restrict y = Y + r * cols;
+        float m = row_max(x, cols);
+        if (log_sm) {
+            float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+            for (int64_t j = 0; j < cols; j++) s += expf(x[j] - m);
+            /* (x - m) first: it is exact near the max, where m + log(s) would round */
+            const float ls = logf(s);
+#pragma omp simd
+            for (int64_t j = 0; j < cols; j++) y[j] = (x[j] - m) - ls;
+        } else {
+            const float inv = 1.0f / row_exp(x, y, cols, m);
+#pragma omp simd
+            for (int64_t j = 0; j < cols; j++) y[j] *= inv;
+        }
+    }
+    return MR_OK;
+}
+
+/* y, dy (rows, cols) -> dx (rows, cols) */
+mr_status mr_softmax_bwd_cpu(const mr_op_args *a) {
+    if (mr_op_is_f64(a)) return mr_softmax_bwd_ref(a);
+    if (a->in[0].dtype != MR_F32) return f32_only(a, a->in[0].dtype);
+    int64_t rows, cols;
+    mr_shape_rows_cols(&a->in[0].shape, &rows, &cols);
+    const float *Y = a->in[0].data, *G = a->in[1].data;
+    float *DX = a->out[0].data;
+    const int log_sm = a->op == MR_OP_LOG_SOFTMAX_BWD;
+#pragma omp parallel for schedule(static) if (rows * cols > SM_PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *restrict y = Y + r * cols, *restrict g = G + r * cols;
+        float *restrict dx = DX + r * cols;
+        float s = 0.0f;
+        if (log_sm) {
+#pragma omp simd reduction(+ : s)
+            for (int64_t j = 0; j < cols; j++) s += g[j];
+#pragma omp simd
+            for (int64_t j = 0; j < cols; j++) dx[j] = g[j] - expf(y[j]) * s;
+        } else {
+#pragma omp simd reduction(+ : s)
+            for (int64_t j = 0; j < cols; j++) s += g[j] * y[j];
+#pragma omp simd
+            for (int64_t j = 0; j < cols; j++) dx[j] = y[j] * (g[j] - s);
+        }
+    }
+    return MR_OK;
+}
+
+/* Rejects a label outside [0, C) that is not ignore_index, before any output is written. */
+static mr_status check_labels(const mr_op_args *a, const int32_t *labels, int64_t n, int64_t c) {
+    int64_t ign = a->p.xent.ignore_index;
+    for (int64_t i = 0; i < n; i++)
+        if (labels[i] != ign && (labels[i] < 0 || labels[i] >= c))
+            return mr_op_error(a, "label %d in row %lld is outside [0, %lld) and is not ignore_index %lld",
+                               (int)labels[i], (long long)i, (long long)c, (long long)ign);
+    return MR_OK;
+}
+
+/* logits (N,C), labels (N) i32 -> loss (N), probs (N,C) */
+mr_status mr_xent_fwd_cpu(const mr_op_args *a) {
+    if (mr_op_is_f64(a)) return mr_xent_fwd_ref(a);
+    if (a->in[0].dtype != MR_F32) return f32_only(a, a->in[0].dtype);
+    const int64_t n = a->in[0].shape.dim[0], c = a->in[0].shape.dim[1];
+    const int32_t *lab = a->in[1].data;
+    mr_status st = check_labels(a, lab, n, c);
+    if (st != MR_OK) return st;
+    const float *X = a->in[0].data;
+    float *L = a->out[0].data, *P = a->out[1].data;
+    const int64_t ign = a->p.xent.ignore_index;
+#pragma omp parallel for schedule(static) if (n * c > SM_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        const float *restrict x = X + i * c;
+        float *restrict p = P + i * c;
+        float m = row_max(x, c);
+        float s = row_exp(x, p, c, m);
+        const float inv = 1.0f / s;
+#pragma omp simd
+        for (int64_t j = 0; j < c; j++) p[j] *= inv;
+        L[i] = lab[i] == ign ? 0.0f : (m - x[lab[i]]) + logf(s);
+    }
+    return MR_OK;
+}
+
+/* probs (N,C), labels (N) i32, dloss (N) -> dlogits (N,C) */
+mr_status mr_xent_bwd_cpu(const mr_op_args *a) {
+    if (mr_op_is_f64(a)) return mr_xent_bwd_ref(a);
+    if (a->in[0].dtype != MR_F32) return f32_only(a, a->in[0].dtype);
+    const int64_t n = a->in[0].shape.dim[0], c = a->in[0].shape.dim[1];
+    const int32_t *lab = a->in[1].data;
+    mr_status st = check_labels(a, lab, n, c);
+    if (st != MR_OK) return st;
+    const float *P = a->in[0].data, *G = a->in[2].data;
+    float *DX = a->out[0].data;
+    const int64_t ign = a->p.xent.ignore_index;
+#pragma omp parallel for schedule(static) if (n * c > SM_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        const float *restrict p = P + i * c;
+        float *restrict dx = DX + i * c;
+        const float g = lab[i] == ign ? 0.0f : G[i];
+#pragma omp simd
+        for (int64_t j = 0; j < c; j++) dx[j] = g * p[j];
+        if (lab[i] != ign) dx[lab[i]] -= g;
+    }
+    return MR_OK;
+}

@@ -1,0 +1,265 @@
+/* The CUDA backend table (core/device.h): device memory, asynchronous copies on streams,
+ * streams that carry their own cuBLAS handle, and timing-free events.
+ *
+ * Memory: plain cudaMalloc/cudaFree after cudaSetDevice. cudaFree synchronizes the device, so
+ * this is slow for per-step temporaries; a caching allocator replaces it later (issue 8) behind
+ * the same two table entries.
+ * Streams are created with default flags (not cudaStreamNonBlocking) so that they stay ordered
+ * after work on the legacy default stream, which is where tensor allocation, zero-fill and
+ * NULL-stream copies go; code that wants overlap orders its streams with events.
+ * A NULL stream means the legacy default stream of the current device; stream_sync(NULL)
+ * synchronizes the current device (the one the last call on this thread made current). */
+#include "core/backend_impl.h"
+#include "core/cuda/cuda_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Per-device default cuBLAS handles (for ops run with a NULL stream). */
+#define MR_CUDA_MAX_DEVICES 64
+static pthread_mutex_t g_blas_mu = PTHREAD_MUTEX_INITIALIZER;
+static cublasHandle_t g_blas_default[MR_CUDA_MAX_DEVICES];
+
+extern "C" void mr_cuda_probe(int *count, char *why, int why_cap) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    *count = 0;
+    if (e != cudaSuccess) {
+        /* no driver or no device: the runtime's message is the reason; clear the error so later
+         * runtime calls on this thread do not see it */
+        snprintf(why, (size_t)why_cap, "%s", cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        return;
+    }
+    if (n <= 0) {
+        snprintf(why, (size_t)why_cap, "the CUDA runtime sees no device (check CUDA_VISIBLE_DEVICES)");
+        return;
+    }
+    *count = n;
+}
+
+static mr_status set_device(int device) {
+    mr_status st = MR_OK;
+    MR_TRY_CUDA(cudaSetDevice(device));
+    return MR_OK;
+fail:
+    return st;
+}
+
+static mr_status cuda_count(int *out) {
+    mr_status st = MR_OK;
+    int n = 0;
+    *out = 0;
+    MR_TRY_CUDA(cudaGetDeviceCount(&n));
+    *out = n;
+    return MR_OK;
+fail:
+    return st;
+}
+
+static mr_status cuda_alloc(int device, size_t bytes, void **out) {
+    mr_status st = MR_OK;
+    void *p = NULL;
+    *out = NULL;
+    MR_TRY(set_device(device));
+    /* a 0-byte request still gets a unique pointer, as on the CPU */
+    MR_TRY_CUDA(cudaMalloc(&p, bytes ? bytes : 1));
+    *out = p;
+    return MR_OK;
+fail:
+    return st;
+}
+
+static void cuda_free(int device, void *p) {
+    if (!p) return;
+    /* a void function cannot report: a failure here means the context is already broken and the
+     * next fallible call will say so */
+    if (cudaSetDevice(device) == cudaSuccess) (void)cudaFree(p);
+    (void)cudaGetLastError();
+}
+
+static cudaStream_t raw(const mr_stream *s) { return s ? s->s : (cudaStream_t)0; }
+
+static mr_status cuda_copy(int device, void *dst, const void *src, size_t bytes, mr_copy_kind kind, mr_stream *s) {
+    mr_status st = MR_OK;
+    cudaMemcpyKind k;
+    switch (kind) {
+    case MR_COPY_H2H: k = cudaMemcpyHostToHost; break;
+    case MR_COPY_H2D: k = cudaMemcpyHostToDevice; break;
+    case MR_COPY_D2H: k = cudaMemcpyDeviceToHost; break;
+    case MR_COPY_D2D: k = cudaMemcpyDeviceToDevice; break;
+    default: return mr_set_error(MR_ERR_INVALID, "cuda: invalid copy kind %d", (int)kind);
+    }
+    if (bytes == 0) return MR_OK;
+    MR_TRY(set_device(s ? s->device : device));
+    MR_TRY_CUDA(cudaMemcpyAsync(dst, src, bytes, k, raw(s)));
+    return MR_OK;
+fail:
+    return st;
+}
+
+static mr_status cuda_memset_zero(int device, void *dst, size_t bytes, mr_stream *s) {
+    mr_status st = MR_OK;
+    if (bytes == 0) return MR_OK;
+    MR_TRY(set_device(s ? s->device : device));
+    MR_TRY_CUDA(cudaMemsetAsync(dst, 0, bytes, raw(s)));
+    return MR_OK;
+fail:
+    return st;
+}
+
+static mr_status cuda_stream_new(int device, mr_stream **out) {
+    mr_status st = MR_OK;
+    mr_stream *s = (mr_stream *)calloc(1, sizeof *s);
+    *out = NULL;
+    if (!s) return mr_set_error(MR_ERR_NOMEM, "cuda: out of host memory for a stream");
+    s->device = device;
+    pthread_mutex_init(&s->mu, NULL);
+    MR_TRY(set_device(device));
+    MR_TRY_CUDA(cudaStreamCreateWithFlags(&s->s, cudaStreamDefault));
+    *out = s;
+    return MR_OK;
+fail:
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+    return st;
+}
+
+static void cuda_stream_free(mr_stream *s) {
+    if (!s) return;
+    if (cudaSetDevice(s->device) == cudaSuccess) {
+        if (s->blas) (void)cublasDestroy(s->blas);
+        (void)cudaStreamDestroy(s->s);
+    }
+    (void)cudaGetLastError();
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+static mr_status cuda_stream_sync(mr_stream *s) {
+    mr_status st = MR_OK;
+    if (s) {
+        MR_TRY_CUDA(cudaStreamSynchronize(s->s));
+    } else {
+        MR_TRY_CUDA(cudaDeviceSynchronize());
+    }
+    return MR_OK;
+fail:
+    return st;
+}
+
+static mr_status cuda_event_new(int device, mr_event **out) {
+    mr_status st = MR_OK;
+    mr_event *e = (mr_event *)calloc(1, sizeof *e);
+    *out = NULL;
+    if (!e) return mr_set_error(MR_ERR_NOMEM, "cuda: out of host memory for an event");
+    e->device = device;
+    MR_TRY(set_device(device));
+    MR_TRY_CUDA(cudaEventCreateWithFlags(&e->e, cudaEventDisableTiming));
+    *out = e;
+    return MR_OK;
+fail:
+    free(e);
+    return st;
+}
+
+static void cuda_event_free(mr_event *e) {
+    if (!e) return;
+    if (cudaSetDevice(e->device) == cudaSuccess) (void)cudaEventDestroy(e->e);
+    (void)cudaGetLastError();
+    free(e);
+}
+
+static mr_status cuda_event_record(mr_event *e, mr_stream *s) {
+    mr_status st = MR_OK;
+    if (s && s->device != e->device)
+        return mr_set_error(MR_ERR_INVALID, "cuda: event of device %d recorded on a stream of device %d", e->device,
+                            s->device);
+    /* an event is recorded on a stream of its own device: make that device current so a NULL
+     * stream means that device's default stream */
+    MR_TRY(set_device(e->device));
+    MR_TRY_CUDA(cudaEventRecord(e->e, raw(s)));
+    return MR_OK;
+fail:
+    return st;
+}
+
+static mr_status cuda_stream_wait_event(mr_stream *s, mr_event *e) {
+    mr_status st = MR_OK;
+    /* waiting may cross devices: the stream's device is the one that waits */
+    MR_TRY(set_device(s ? s->device : e->device));
+    MR_TRY_CUDA(cudaStreamWaitEvent(raw(s), e->e, 0));
+    return MR_OK;
+fail:
+    return st;
+}
+
+static mr_status cuda_event_sync(mr_event *e) {
+    mr_status st = MR_OK;
+    MR_TRY_CUDA(cudaEventSynchronize(e->e));
+    return MR_OK;
+fail:
+    return st;
+}
+
+static const mr_backend g_cuda = {
+    "cuda",
+    MR_DEVICE_CUDA,
+    cuda_count,
+    cuda_alloc,
+    cuda_free,
+    cuda_copy,
+    cuda_memset_zero,
+    cuda_stream_new,
+    cuda_stream_free,
+    cuda_stream_sync,
+    cuda_event_new,
+    cuda_event_free,
+    cuda_event_record,
+    cuda_stream_wait_event,
+    cuda_event_sync,
+};
+
+extern "C" const mr_backend *mr_cuda_backend(void) { return &g_cuda; }
+
+/* ---- helpers for the kernels (cuda_impl.h) ---------------------------------------------------- */
+
+mr_status mr_cuda_op_stream(const mr_op_args *a, cudaStream_t *out) {
+    mr_status st = MR_OK;
+    *out = raw(a->stream);
+    MR_TRY(set_device(a->stream ? a->stream->device : a->device));
+    return MR_OK;
+fail:
+    return st;
+}
+
+/* A new cuBLAS handle bound to stream `s` of the current device. */
+static mr_status blas_create(cudaStream_t s, cublasHandle_t *out) {
+    mr_status st = MR_OK;
+    cublasHandle_t h = NULL;
+    MR_TRY_CUBLAS(cublasCreate(&h));
+    /* bound for life: a handle shared between threads must not have its stream changed */
+    MR_TRY_CUBLAS(cublasSetStream(h, s));
+    *out = h;
+    return MR_OK;
+fail:
+    if (h) (void)cublasDestroy(h);
+    return st;
+}
+
+mr_status mr_cuda_blas_handle(mr_stream *s, int device, cublasHandle_t *out) {
+    mr_status st = MR_OK;
+    *out = NULL;
+    if (s) device = s->device;
+    if (device < 0 || device >= MR_CUDA_MAX_DEVICES)
+        return mr_set_error(MR_ERR_INVALID, "cuda: device index %d out of range [0, %d)", device, MR_CUDA_MAX_DEVICES);
+    st = set_device(device);
+    if (st != MR_OK) return st;
+    pthread_mutex_t *mu = s ? &s->mu : &g_blas_mu;
+    cublasHandle_t *slot = s ? &s->blas : &g_blas_default[device];
+    pthread_mutex_lock(mu);
+    if (!*slot) st = blas_create(raw(s), slot);
+    *out = *slot;
+    pthread_mutex_unlock(mu);
+    return st;
+}

@@ -1,0 +1,55 @@
+/* Permute (a transpose as an op): y.dim[i] = x.dim[perm[i]], y[idx] = x[idx permuted back].
+ * Argument checks and the scalar f64 reference. Its gradient is the permute by the inverse
+ * permutation, so there is no PERMUTE_BWD. */
+#include "core/ops_impl.h"
+
+/* mr_op_check_float skips integer views; every view of these ops must be float of one type. */
+static mr_status permute_all_float(const mr_op_args *a, mr_dtype dt) {
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < (k ? a->n_out : a->n_in); i++) {
+            const mr_view *v = k ? &a->out[i] : &a->in[i];
+            if (v->data && v->dtype != dt)
+                return mr_op_error(a, "%s[%d] has dtype %s; expected %s like the other operands", k ? "out" : "in", i,
+                                   mr_dtype_name(v->dtype), mr_dtype_name(dt));
+        }
+    return MR_OK;
+}
+
+mr_status mr_permute_fwd_check(const mr_op_args *a) {
+    if (!a->in[0].data || !a->out[0].data) return mr_op_error(a, "x and y are required");
+    mr_dtype dt;
+    mr_status st = mr_op_check_float(a, 0, &dt);
+    if (st != MR_OK || (st = permute_all_float(a, dt)) != MR_OK) return st;
+    const mr_shape *xs = &a->in[0].shape;
+    const int *perm = a->p.permute.perm;
+    char b1[128];
+    int seen[MR_MAX_DIMS] = {0};
+    mr_shape ys = *xs;
+    for (int i = 0; i < xs->ndim; i++) {
+        if (perm[i] < 0 || perm[i] >= xs->ndim || seen[perm[i]]++)
+            return mr_op_error(a, "perm[%d] = %d: perm must be a permutation of 0..%d for x %s", i, perm[i],
+                               xs->ndim - 1, mr_shape_str(xs, b1, sizeof b1));
+        ys.dim[i] = xs->dim[perm[i]];
+    }
+    return mr_op_check_shape(a, &a->out[0], "out[0] (y)", &ys);
+}
+
+mr_status mr_permute_fwd_ref(const mr_op_args *a) {
+    if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64");
+    const mr_shape *xs = &a->in[0].shape, *ys = &a->out[0].shape;
+    const int *perm = a->p.permute.perm;
+    const double *x = a->in[0].data; /* x (xs) */
+    double *y = a->out[0].data;      /* y (ys) */
+    int64_t xstr[MR_MAX_DIMS], n = mr_shape_numel(ys);
+    mr_shape_strides(xs, xstr);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t rem = i, off = 0;
+        for (int d = ys->ndim - 1; d >= 0; d--) {
+            int64_t idx = rem % ys->dim[d];
+            rem /= ys->dim[d];
+            off += idx * xstr[perm[d]];
+        }
+        y[i] = x[off];
+    }
+    return MR_OK;
+}

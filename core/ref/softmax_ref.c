@@ -1,0 +1,148 @@
+/* Softmax, log-softmax (over the last axis) and fused softmax cross-entropy: argument checks and
+ * the scalar f64 reference. All subtract the row maximum before exponentiating, so large logits
+ * do not overflow. Labels are validated by the kernels (a check cannot assume it may read data
+ * that lives on a device): a label outside [0, C) that is not ignore_index fails the op before
+ * any output is written. */
+#include "core/ops_impl.h"
+
+#include <math.h>
+
+/* ---- softmax, log-softmax --------------------------------------------------------------------- */
+
+mr_status mr_softmax_fwd_check(const mr_op_args *a) {
+    if (a->op != MR_OP_SOFTMAX && a->op != MR_OP_LOG_SOFTMAX) return mr_op_error(a, "not a softmax op");
+    if (!a->in[0].data || !a->out[0].data) return mr_op_error(a, "x and y are required");
+    mr_status st = mr_op_check_float(a, 0, NULL);
+    if (st != MR_OK) return st;
+    return mr_op_check_shape(a, &a->out[0], "y (out[0])", &a->in[0].shape);
+}
+
+mr_status mr_softmax_bwd_check(const mr_op_args *a) {
+    if (a->op != MR_OP_SOFTMAX_BWD && a->op != MR_OP_LOG_SOFTMAX_BWD) return mr_op_error(a, "not a softmax backward op");
+    if (!a->in[0].data || !a->in[1].data || !a->out[0].data) return mr_op_error(a, "y, dy and dx are required");
+    mr_status st = mr_op_check_float(a, 0, NULL);
+    if (st != MR_OK) return st;
+    if ((st = mr_op_check_shape(a, &a->in[1], "dy (in[1])", &a->in[0].shape)) != MR_OK) return st;
+    return mr_op_check_shape(a, &a->out[0], "dx (out[0])", &a->in[0].shape);
+}
+
+/* x (rows, cols) -> y (rows, cols) */
+mr_status mr_softmax_fwd_ref(const mr_op_args *a) {
+    if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64, got %s", mr_dtype_name(a->in[0].dtype));
+    int64_t rows, cols;
+    mr_shape_rows_cols(&a->in[0].shape, &rows, &cols);
+    for (int64_t r = 0; r < rows && cols > 0; r++) {
+        const double *x = (const double *)a->in[0].data + r * cols;
+        double *y = (double *)a->out[0].data + r * cols;
+        double m = -INFINITY, s = 0.0;
+        for (int64_t j = 0; j < cols; j++) m = x[j] > m ? x[j] : m;
+        for (int64_t j = 0; j < cols; j++) s += exp(x[j] - m);
+        double ls = log(s);
+        for (int64_t j = 0; j < cols; j++)
+            y[j] = a->op == MR_OP_SOFTMAX ? exp(x[j] - m) / s : x[j] - m - ls;
+    }
+    return MR_OK;
+}
+
+/* y, dy (rows, cols) -> dx (rows, cols) */
+mr_status mr_softmax_bwd_ref(const mr_op_args *a) {
+    if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64, got %s", mr_dtype_name(a->in[0].dtype));
+    int64_t rows, cols;
+    mr_shape_rows_cols(&a->in[0].shape, &rows, &cols);
+    for (int64_t r = 0; r < rows; r++) {
+        const double *y = (const double *)a->in[0].data + r * cols, *dy = (const double *)a->in[1].data + r * cols;
+        double *dx = (double *)a->out[0].data + r * cols;
+        double s = 0.0;
+        if (a->op == MR_OP_SOFTMAX_BWD) {
+            /* dx = y * (dy - <dy, y>) */
+            for (int64_t j = 0; j < cols; j++) s += dy[j] * y[j];
+            for (int64_t j = 0; j < cols; j++) dx[j] = y[j] * (dy[j] - s);
+        } else {
+            /* y = log p: dx = dy - p * sum(dy) */
+            for (int64_t j = 0; j < cols; j++) s += dy[j];
+            for (int64_t j = 0; j < cols; j++) dx[j] = dy[j] - exp(y[j]) * s;
+        }
+    }
+    return MR_OK;
+}
+
+/* ---- softmax cross-entropy ------------------------------------------------------------------- */
+
+mr_status mr_xent_fwd_check(const mr_op_args *a) {
+    const mr_view *lg = &a->in[0], *lb = &a->in[1];
+    char b1[128];
+    if (!lg->data || !lb->data || !a->out[0].data || !a->out[1].data)
+        return mr_op_error(a, "logits, labels, loss and probs are required");
+    mr_status st = mr_op_check_float(a, 0, NULL);
+    if (st != MR_OK) return st;
+    if (lg->shape.ndim != 2) return mr_op_error(a, "logits %s must be (N,C)", mr_shape_str(&lg->shape, b1, sizeof b1));
+    if (lg->shape.dim[1] < 1) return mr_op_error(a, "logits %s have no classes", mr_shape_str(&lg->shape, b1, sizeof b1));
+    if (lb->dtype != MR_I32) return mr_op_error(a, "labels have dtype %s; expected i32", mr_dtype_name(lb->dtype));
+    mr_shape n = mr_shape_1d(lg->shape.dim[0]);
+    if ((st = mr_op_check_shape(a, lb, "labels (in[1])", &n)) != MR_OK) return st;
+    if ((st = mr_op_check_shape(a, &a->out[0], "loss (out[0])", &n)) != MR_OK) return st;
+    return mr_op_check_shape(a, &a->out[1], "probs (out[1])", &lg->shape);
+}
+
+mr_status mr_xent_bwd_check(const mr_op_args *a) {
+    const mr_view *pr = &a->in[0], *lb = &a->in[1];
+    char b1[128];
+    if (!pr->data || !lb->data || !a->in[2].data || !a->out[0].data)
+        return mr_op_error(a, "probs, labels, dloss and dlogits are required");
+    mr_status st = mr_op_check_float(a, 0, NULL);
+    if (st != MR_OK) return st;
+    if (pr->shape.ndim != 2) return mr_op_error(a, "probs %s must be (N,C)", mr_shape_str(&pr->shape, b1, sizeof b1));
+    if (pr->shape.dim[1] < 1) return mr_op_error(a, "probs %s have no classes", mr_shape_str(&pr->shape, b1, sizeof b1));
+    if (lb->dtype != MR_I32) return mr_op_error(a, "labels have dtype %s; expected i32", mr_dtype_name(lb->dtype));
+    mr_shape n = mr_shape_1d(pr->shape.dim[0]);
+    if ((st = mr_op_check_shape(a, lb, "labels (in[1])", &n)) != MR_OK) return st;
+    if ((st = mr_op_check_shape(a, &a->in[2], "dloss (in[2])", &n)) != MR_OK) return st;
+    return mr_op_check_shape(a, &a->out[0], "dlogits (out[0])", &pr->shape);
+}
+
+/* Rejects a label outside [0, C) that is not ignore_index (the CPU kernels do the same). */
+static mr_status check_labels(const mr_op_args *a, const int32_t *labels, int64_t n, int64_t c) {
+    int64_t ign = a->p.xent.ignore_index;
+    for (int64_t i = 0; i < n; i++)
+        if (labels[i] != ign && (labels[i] < 0 || labels[i] >= c))
+            return mr_op_error(a, "label %d in row %lld is outside [0, %lld) and is not ignore_index %lld",
+                               (int)labels[i], (long long)i, (long long)c, (long long)ign);
+    return MR_OK;
+}
+
+/* logits (N,C), labels (N) i32 -> loss (N), probs (N,C) */
+mr_status mr_xent_fwd_ref(const mr_op_args *a) {
+    if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64, got %s", mr_dtype_name(a->in[0].dtype));
+    int64_t n = a->in[0].shape.dim[0], c = a->in[0].shape.dim[1];
+    const int32_t *lab = a->in[1].data;
+    mr_status st = check_labels(a, lab, n, c);
+    if (st != MR_OK) return st;
+    for (int64_t i = 0; i < n; i++) {
+        const double *x = (const double *)a->in[0].data + i * c;
+        double *p = (double *)a->out[1].data + i * c;
+        double m = -INFINITY, s = 0.0;
+        for (int64_t j = 0; j < c; j++) m = x[j] > m ? x[j] : m;
+        for (int64_t j = 0; j < c; j++) s += exp(x[j] - m);
+        for (int64_t j = 0; j < c; j++) p[j] = exp(x[j] - m) / s;
+        double *loss = (double *)a->out[0].data + i;
+        *loss = lab[i] == a->p.xent.ignore_index ? 0.0 : m + log(s) - x[lab[i]];
+    }
+    return MR_OK;
+}
+
+/* probs (N,C), labels (N) i32, dloss (N) -> dlogits (N,C) */
+mr_status mr_xent_bwd_ref(const mr_op_args *a) {
+    if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64, got %s", mr_dtype_name(a->in[0].dtype));
+    int64_t n = a->in[0].shape.dim[0], c = a->in[0].shape.dim[1];
+    const int32_t *lab = a->in[1].data;
+    mr_status st = check_labels(a, lab, n, c);
+    if (st != MR_OK) return st;
+    for (int64_t i = 0; i < n; i++) {
+        const double *p = (const double *)a->in[0].data + i * c;
+        double *dx = (double *)a->out[0].data + i * c;
+        double g = ((const double *)a->in[2].data)[i];
+        int ignored = lab[i] == a->p.xent.ignore_index;
+        for (int64_t j = 0; j < c; j++) dx[j] = ignored ? 0.0 : g * (p[j] - (j == lab[i] ? 1.0 : 0.0));
+    }
+    return MR_OK;
+}

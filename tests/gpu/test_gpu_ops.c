@@ -1,0 +1,546 @@
+/* GPU ops against the f64 reference: GEMM (transposes, batching, shared B, alpha/beta; f32,
+ * bf16, f16), every unary forward and backward op, binary ops with broadcasting, every cast pair,
+ * SGD and AdamW; plus the CUDA backend table itself (alloc/copy round trip, zero-fill, ordering
+ * of two streams through an event, ops on an explicit stream).
+ *
+ * Inputs are drawn in f64, rounded to the GPU dtype, and the reference runs on those rounded
+ * values, so only the kernel's own error is measured. Without a usable GPU the program exits 77
+ * and CTest reports it SKIPPED. Built in every configuration: it uses only mirror's public API. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "harness.h"
+
+/* ---- GPU tensors owned by the current test ---------------------------------------------------- */
+
+#define MAX_GPU_TENSORS 64
+static mr_tensor *g_gpu[MAX_GPU_TENSORS];
+static int g_ngpu;
+
+static void gpu_free_all(void) {
+    for (int i = 0; i < g_ngpu; i++) mr_tensor_free(g_gpu[i]);
+    g_ngpu = 0;
+    th_free_all();
+}
+
+/* Rounds x (n) in place to what dtype `dt` can hold. */
+static void round_to(double *x, int64_t n, mr_dtype dt) {
+    void *tmp = th_alloc((size_t)n * mr_dtype_size(dt));
+    for (int64_t i = 0; i < n; i++) mr_dtype_set(tmp, dt, i, x[i]);
+    for (int64_t i = 0; i < n; i++) x[i] = mr_dtype_get(tmp, dt, i);
+}
+
+/* A cuda:0 tensor of dtype dt and shape s holding h (f64, numel(s) values, rounded to dt). */
+static mr_tensor *to_gpu(const double *h, mr_dtype dt, mr_shape s) {
+    int64_t n = mr_shape_numel(&s);
+    mr_device d = {MR_DEVICE_CUDA, 0};
+    mr_tensor *t = NULL;
+    void *tmp = th_alloc((size_t)n * mr_dtype_size(dt));
+    for (int64_t i = 0; i < n; i++) mr_dtype_set(tmp, dt, i, h[i]);
+    MR_ASSERT_OK(mr_tensor_new(d, dt, &s, &t));
+    assert_true(g_ngpu < MAX_GPU_TENSORS);
+    g_gpu[g_ngpu++] = t;
+    MR_ASSERT_OK(mr_tensor_copy_from_host(t, tmp, (size_t)n * mr_dtype_size(dt)));
+    return t;
+}
+
+/* The tensor's values as f64 (a test-owned buffer). */
+static double *from_gpu(const mr_tensor *t) {
+    int64_t n = mr_tensor_numel(t);
+    mr_dtype dt = mr_tensor_dtype(t);
+    void *tmp = th_alloc(mr_tensor_nbytes(t));
+    double *out = th_alloc((size_t)n * sizeof(double));
+    MR_ASSERT_OK(mr_tensor_copy_to_host(t, tmp, mr_tensor_nbytes(t)));
+    for (int64_t i = 0; i < n; i++) out[i] = mr_dtype_get(tmp, dt, i);
+    return out;
+}
+
+/* An f64 view over a copy of h. */
+static mr_view f64_view(const double *h, mr_shape s) {
+    mr_view v = th_view(MR_F64, s);
+    memcpy(v.data, h, (size_t)mr_shape_numel(&s) * sizeof(double));
+    return v;
+}
+
+/* Uniform f64 values in [lo, hi) rounded to dt. */
+static double *rand_vals(int64_t n, double lo, double hi, uint64_t seed, mr_dtype dt) {
+    double *x = th_alloc((size_t)(n ? n : 1) * sizeof(double));
+    th_fill_uniform_f64(x, n, lo, hi, seed);
+    round_to(x, n, dt);
+    return x;
+}
+
+/* n NaNs: outputs start as NaN so an element a kernel fails to write shows up. */
+static double *nan_vals(int64_t n) {
+    double *x = th_alloc((size_t)(n ? n : 1) * sizeof(double));
+    for (int64_t i = 0; i < n; i++) x[i] = NAN;
+    return x;
+}
+
+/* ---- GEMM ------------------------------------------------------------------------------------- */
+
+static void gemm_tol(mr_dtype dt, double *atol, double *rtol, double *nmse) {
+    switch (dt) {
+    case MR_BF16: *atol = GPU_BF16_GEMM_ATOL; *rtol = GPU_BF16_GEMM_RTOL; *nmse = GPU_BF16_GEMM_NMSE; break;
+    case MR_F16: *atol = GPU_F16_GEMM_ATOL; *rtol = GPU_F16_GEMM_RTOL; *nmse = GPU_F16_GEMM_NMSE; break;
+    default: *atol = TOL_F32_REDUCE_ATOL; *rtol = TOL_F32_REDUCE_RTOL; *nmse = TOL_F32_REDUCE_NMSE; break;
+    }
+}
+
+/* One GEMM on the GPU in dt against the reference. batch > 1 adds a leading batch dim; shared_b
+ * keeps B 2-d. c_nan fills C with NaN first (with beta == 0 it must not be read). */
+static void gemm_case(mr_dtype dt, int64_t batch, int64_t m, int64_t n, int64_t k, int ta, int tb, int shared_b,
+                      double alpha, double beta, int c_nan, uint64_t seed) {
+    int bat = batch > 1, bb = bat && !shared_b;
+    mr_shape sa = ta ? (bat ? mr_shape_3d(batch, k, m) : mr_shape_2d(k, m)) : (bat ? mr_shape_3d(batch, m, k) : mr_shape_2d(m, k));
+    mr_shape sb = tb ? (bb ? mr_shape_3d(batch, n, k) : mr_shape_2d(n, k)) : (bb ? mr_shape_3d(batch, k, n) : mr_shape_2d(k, n));
+    mr_shape sc = bat ? mr_shape_3d(batch, m, n) : mr_shape_2d(m, n);
+    int64_t na = mr_shape_numel(&sa), nb = mr_shape_numel(&sb), nc = mr_shape_numel(&sc);
+    double *ha = rand_vals(na, -1, 1, seed, dt), *hb = rand_vals(nb, -1, 1, seed + 1, dt);
+    double *hc = rand_vals(nc, -1, 1, seed + 2, dt);
+    if (c_nan)
+        for (int64_t i = 0; i < nc; i++) hc[i] = NAN;
+    mr_tensor *ta_ = to_gpu(ha, dt, sa), *tb_ = to_gpu(hb, dt, sb), *tc = to_gpu(hc, dt, sc);
+    mr_op_args g, r;
+    mr_op_args_init(&g, MR_OP_GEMM);
+    g.p.gemm = (mr_gemm_params){ta, tb, alpha, beta};
+    r = g;
+    g.in[0] = mr_tensor_as_view(ta_);
+    g.in[1] = mr_tensor_as_view(tb_);
+    g.out[0] = mr_tensor_as_view(tc);
+    r.in[0] = f64_view(ha, sa);
+    r.in[1] = f64_view(hb, sb);
+    r.out[0] = f64_view(hc, sc);
+    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
+    MR_ASSERT_OK(mr_op_run_ref(&r));
+    double atol, rtol, nmse;
+    gemm_tol(dt, &atol, &rtol, &nmse);
+    char what[200];
+    snprintf(what, sizeof what, "gpu gemm %s b%lld m%lld n%lld k%lld ta%d tb%d shared%d alpha%g beta%g nan%d",
+             mr_dtype_name(dt), (long long)batch, (long long)m, (long long)n, (long long)k, ta, tb, shared_b, alpha,
+             beta, c_nan);
+    assert_true(th_compare(what, from_gpu(tc), MR_F64, r.out[0].data, nc, atol, rtol, nmse));
+    gpu_free_all();
+}
+
+static void test_gemm(void **state) {
+    (void)state;
+    const mr_dtype dts[3] = {MR_F32, MR_BF16, MR_F16};
+    uint64_t seed = 100;
+    for (int d = 0; d < 3; d++) {
+        for (int t = 0; t < 4; t++) {
+            int ta = t & 1, tb = t >> 1;
+            gemm_case(dts[d], 1, 37, 53, 29, ta, tb, 0, 1.0, 0.0, 0, seed++);
+            gemm_case(dts[d], 1, 1, 1, 1, ta, tb, 0, 1.0, 0.0, 0, seed++);
+            gemm_case(dts[d], 1, 64, 128, 256, ta, tb, 0, 1.0, 0.0, 0, seed++);
+            gemm_case(dts[d], 3, 17, 9, 33, ta, tb, 0, 0.5, 0.0, 0, seed++);      /* batched */
+            gemm_case(dts[d], 4, 13, 21, 8, ta, tb, 1, 1.0, 0.0, 0, seed++);      /* shared B */
+            gemm_case(dts[d], 2, 19, 23, 31, ta, tb, 0, 0.7, 0.3, 0, seed++);     /* alpha, beta */
+            gemm_case(dts[d], 2, 19, 23, 31, ta, tb, 1, -1.5, 2.0, 0, seed++);    /* shared B, beta */
+            gemm_case(dts[d], 1, 16, 16, 16, ta, tb, 0, 1.0, 0.0, 1, seed++);     /* beta 0 ignores C */
+        }
+        gemm_case(dts[d], 1, 8, 8, 0, 0, 0, 0, 1.0, 0.5, 0, seed++);              /* k = 0: C = beta C */
+    }
+    /* f64 runs through DGEMM */
+    gemm_case(MR_F64, 2, 33, 17, 65, 1, 0, 0, 1.0, 0.5, 0, seed++);
+}
+
+/* ---- unary ------------------------------------------------------------------------------------ */
+
+static const mr_op_id k_unary[] = {MR_OP_RELU, MR_OP_GELU, MR_OP_TANH, MR_OP_SIGMOID,
+                                   MR_OP_EXP,  MR_OP_LOG,  MR_OP_SQRT, MR_OP_SCALE};
+static const mr_op_id k_unary_bwd[] = {MR_OP_RELU_BWD, MR_OP_GELU_BWD, MR_OP_TANH_BWD, MR_OP_SIGMOID_BWD,
+                                       MR_OP_EXP_BWD,  MR_OP_LOG_BWD,  MR_OP_SQRT_BWD, MR_OP_SCALE_BWD};
+
+/* log and sqrt take positive inputs. */
+static void unary_range(mr_op_id fwd, double *lo, double *hi) {
+    int pos = fwd == MR_OP_LOG || fwd == MR_OP_SQRT;
+    *lo = pos ? 0.05 : -4.0;
+    *hi = pos ? 4.0 : 4.0;
+}
+
+static void test_unary_fwd(void **state) {
+    (void)state;
+    const mr_shape shapes[3] = {mr_shape_2d(3, 1001), mr_shape_1d(1), mr_shape_3d(2, 5, 7)};
+    for (size_t o = 0; o < sizeof k_unary / sizeof *k_unary; o++) {
+        for (int si = 0; si < 3; si++) {
+            mr_shape s = shapes[si];
+            int64_t n = mr_shape_numel(&s);
+            double lo, hi;
+            unary_range(k_unary[o], &lo, &hi);
+            double *hx = rand_vals(n, lo, hi, 300 + o * 7 + (uint64_t)si, MR_F32);
+            mr_tensor *x = to_gpu(hx, MR_F32, s), *y = to_gpu(nan_vals(n), MR_F32, s);
+            mr_op_args g, r;
+            mr_op_args_init(&g, k_unary[o]);
+            g.p.scale = -1.75;
+            r = g;
+            g.in[0] = mr_tensor_as_view(x);
+            g.out[0] = mr_tensor_as_view(y);
+            r.in[0] = f64_view(hx, s);
+            r.out[0] = th_view(MR_F64, s);
+            MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
+            MR_ASSERT_OK(mr_op_run_ref(&r));
+            assert_true(th_compare(mr_op_get(k_unary[o])->name, from_gpu(y), MR_F64, r.out[0].data, n, TOL_F32_ATOL,
+                                   TOL_F32_RTOL, TOL_F32_NMSE));
+            gpu_free_all();
+        }
+    }
+}
+
+static void test_unary_bwd(void **state) {
+    (void)state;
+    const mr_shape s = mr_shape_2d(7, 513);
+    int64_t n = mr_shape_numel(&s);
+    for (size_t o = 0; o < sizeof k_unary_bwd / sizeof *k_unary_bwd; o++) {
+        mr_op_id fwd = k_unary[o];
+        double lo, hi;
+        unary_range(fwd, &lo, &hi);
+        double *hx = rand_vals(n, lo, hi, 500 + o, MR_F32);
+        double *hdy = rand_vals(n, -1, 1, 600 + o, MR_F32);
+        /* y = f(x) from the reference, rounded to f32 as the GPU's forward would store it */
+        mr_op_args f;
+        mr_op_args_init(&f, fwd);
+        f.p.scale = 0.625;
+        f.in[0] = f64_view(hx, s);
+        f.out[0] = th_view(MR_F64, s);
+        MR_ASSERT_OK(mr_op_run_ref(&f));
+        double *hy = f.out[0].data;
+        round_to(hy, n, MR_F32);
+        mr_tensor *x = to_gpu(hx, MR_F32, s), *y = to_gpu(hy, MR_F32, s), *dy = to_gpu(hdy, MR_F32, s);
+        mr_tensor *dx = to_gpu(nan_vals(n), MR_F32, s);
+        mr_op_args g, r;
+        mr_op_args_init(&g, k_unary_bwd[o]);
+        g.p.scale = 0.625;
+        r = g;
+        g.in[0] = mr_tensor_as_view(x);
+        g.in[1] = mr_tensor_as_view(y);
+        g.in[2] = mr_tensor_as_view(dy);
+        g.out[0] = mr_tensor_as_view(dx);
+        r.in[0] = f64_view(hx, s);
+        r.in[1] = f64_view(hy, s);
+        r.in[2] = f64_view(hdy, s);
+        r.out[0] = th_view(MR_F64, s);
+        MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
+        MR_ASSERT_OK(mr_op_run_ref(&r));
+        assert_true(th_compare(mr_op_get(k_unary_bwd[o])->name, from_gpu(dx), MR_F64, r.out[0].data, n, TOL_F32_ATOL,
+                               TOL_F32_RTOL, TOL_F32_NMSE));
+        gpu_free_all();
+    }
+}
+
+/* ---- binary with broadcasting ----------------------------------------------------------------- */
+
+static void test_binary(void **state) {
+    (void)state;
+    static const int64_t da[][4] = {{5, 7}, {4, 1, 6}, {3, 4}, {1}, {2, 3, 4}, {2, 1, 3, 1}, {1000, 33}};
+    static const int na_[] = {2, 3, 2, 1, 3, 4, 2};
+    static const int64_t db[][4] = {{5, 7}, {5, 1}, {0}, {2, 3, 4}, {4}, {1, 4, 1, 5}, {1, 33}};
+    static const int nb_[] = {2, 2, 0, 3, 1, 4, 2};
+    const mr_op_id ops[4] = {MR_OP_ADD, MR_OP_SUB, MR_OP_MUL, MR_OP_DIV};
+    for (int o = 0; o < 4; o++) {
+        for (size_t c = 0; c < sizeof na_ / sizeof *na_; c++) {
+            mr_shape sa = mr_shape_make(na_[c], da[c]), sb = mr_shape_make(nb_[c], db[c]), sy;
+            MR_ASSERT_OK(mr_shape_broadcast(&sa, &sb, &sy));
+            int64_t na = mr_shape_numel(&sa), nb = mr_shape_numel(&sb), ny = mr_shape_numel(&sy);
+            double *ha = rand_vals(na, -2, 2, 700 + (uint64_t)(o * 16) + c, MR_F32);
+            /* divisors kept away from zero */
+            double *hb = ops[o] == MR_OP_DIV ? rand_vals(nb, 0.5, 2, 800 + c, MR_F32) : rand_vals(nb, -2, 2, 800 + c, MR_F32);
+            mr_tensor *a = to_gpu(ha, MR_F32, sa), *b = to_gpu(hb, MR_F32, sb);
+            mr_tensor *y = to_gpu(nan_vals(ny), MR_F32, sy);
+            mr_op_args g, r;
+            mr_op_args_init(&g, ops[o]);
+            r = g;
+            g.in[0] = mr_tensor_as_view(a);
+            g.in[1] = mr_tensor_as_view(b);
+            g.out[0] = mr_tensor_as_view(y);
+            r.in[0] = f64_view(ha, sa);
+            r.in[1] = f64_view(hb, sb);
+            r.out[0] = th_view(MR_F64, sy);
+            MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
+            MR_ASSERT_OK(mr_op_run_ref(&r));
+            char what[64];
+            snprintf(what, sizeof what, "%s case %zu", mr_op_get(ops[o])->name, c);
+            assert_true(th_compare(what, from_gpu(y), MR_F64, r.out[0].data, ny, TOL_F32_ATOL, TOL_F32_RTOL,
+                                   TOL_F32_NMSE));
+            gpu_free_all();
+        }
+    }
+}
+
+/* ---- cast ------------------------------------------------------------------------------------- */
+
+/* Every pair among f32, f64, f16, bf16, on values that exercise rounding: random magnitudes over
+ * f16's range and beyond, ties, subnormals, overflow, infinities and NaN. The expected bits come
+ * from mr_dtype_set, which rounds as the cast op is documented to. */
+static void test_cast(void **state) {
+    (void)state;
+    const mr_dtype dts[4] = {MR_F32, MR_F64, MR_F16, MR_BF16};
+    const int64_t n = 4096 + 16;
+    double *h = th_alloc((size_t)n * sizeof(double));
+    th_fill_uniform_f64(h, 4096, -1, 1, 900);
+    for (int64_t i = 0; i < 4096; i++) h[i] = ldexp(h[i], (int)(i % 48) - 28); /* 2^-28 .. 2^19 */
+    const double special[16] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 65504.0, 65519.0, 65520.0,
+                                1.0 + 1.0 / 2048, 1.0 + 3.0 / 2048, 5.96046447753906e-08, 2.98e-08,
+                                1.0 + 1.0 / 256, 3.4e38, 1e-40, 1.00048828125};
+    memcpy(h + 4096, special, sizeof special);
+    mr_shape s = mr_shape_1d(n);
+    for (int i = 0; i < 4; i++) {
+        for (int o = 0; o < 4; o++) {
+            double *hx = th_alloc((size_t)n * sizeof(double));
+            memcpy(hx, h, (size_t)n * sizeof(double));
+            round_to(hx, n, dts[i]);
+            /* y starts at a value no input has, so an element the kernel skips is caught */
+            double *fill = th_alloc((size_t)n * sizeof(double));
+            for (int64_t k = 0; k < n; k++) fill[k] = -7.0;
+            mr_tensor *x = to_gpu(hx, dts[i], s), *y = to_gpu(fill, dts[o], s);
+            mr_op_args g;
+            mr_op_args_init(&g, MR_OP_CAST);
+            g.in[0] = mr_tensor_as_view(x);
+            g.out[0] = mr_tensor_as_view(y);
+            MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
+            double *got = from_gpu(y);
+            void *want = th_alloc((size_t)n * mr_dtype_size(dts[o]));
+            for (int64_t k = 0; k < n; k++) mr_dtype_set(want, dts[o], k, hx[k]);
+            int bad = 0;
+            for (int64_t k = 0; k < n && bad < 10; k++) {
+                double w = mr_dtype_get(want, dts[o], k);
+                int same = (isnan(w) && isnan(got[k])) || (w == got[k] && signbit(w) == signbit(got[k]));
+                if (!same) {
+                    print_error("cast %s->%s [%lld]: x=%.17g got %.17g want %.17g\n", mr_dtype_name(dts[i]),
+                                mr_dtype_name(dts[o]), (long long)k, hx[k], got[k], w);
+                    bad++;
+                }
+            }
+            assert_int_equal(bad, 0);
+            gpu_free_all();
+        }
+    }
+}
+
+/* ---- optimizers ------------------------------------------------------------------------------- */
+
+static void sgd_case(double momentum, double dampening, double wd, int nesterov, int first_step, uint64_t seed) {
+    const int64_t n = 1003;
+    mr_shape s = mr_shape_1d(n);
+    double *hp = rand_vals(n, -1, 1, seed, MR_F32), *hg = rand_vals(n, -1, 1, seed + 1, MR_F32);
+    double *hb = rand_vals(n, -1, 1, seed + 2, MR_F32);
+    mr_tensor *p = to_gpu(hp, MR_F32, s), *gr = to_gpu(hg, MR_F32, s), *b = to_gpu(hb, MR_F32, s);
+    mr_op_args g, r;
+    mr_op_args_init(&g, MR_OP_SGD_UPDATE);
+    g.p.sgd = (mr_sgd_params){0.05, momentum, dampening, wd, nesterov, first_step};
+    r = g;
+    g.in[0] = mr_tensor_as_view(p);
+    g.in[1] = mr_tensor_as_view(gr);
+    g.in[2] = mr_tensor_as_view(b); /* ignored when momentum == 0 */
+    r.in[0] = f64_view(hp, s);
+    r.in[1] = f64_view(hg, s);
+    r.in[2] = f64_view(hb, s);
+    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
+    MR_ASSERT_OK(mr_op_run_ref(&r));
+    char what[128];
+    snprintf(what, sizeof what, "sgd param m%g d%g wd%g nest%d first%d", momentum, dampening, wd, nesterov, first_step);
+    assert_true(th_compare(what, from_gpu(p), MR_F64, r.in[0].data, n, TOL_F32_ATOL, TOL_F32_RTOL, TOL_F32_NMSE));
+    if (momentum != 0.0)
+        assert_true(th_compare("sgd momentum_buf", from_gpu(b), MR_F64, r.in[2].data, n, TOL_F32_ATOL, TOL_F32_RTOL,
+                               TOL_F32_NMSE));
+    gpu_free_all();
+}
+
+static void test_sgd(void **state) {
+    (void)state;
+    sgd_case(0.0, 0.0, 0.0, 0, 0, 1000);
+    sgd_case(0.0, 0.0, 0.01, 0, 0, 1010);
+    sgd_case(0.9, 0.0, 0.0, 0, 1, 1020);
+    sgd_case(0.9, 0.1, 0.01, 0, 0, 1030);
+    sgd_case(0.9, 0.0, 0.01, 1, 0, 1040);
+    sgd_case(0.9, 0.0, 0.0, 1, 1, 1050);
+}
+
+static void adamw_case(int64_t step, double wd, uint64_t seed) {
+    const int64_t n = 2049;
+    mr_shape s = mr_shape_1d(n);
+    double *hp = rand_vals(n, -1, 1, seed, MR_F32), *hg = rand_vals(n, -1, 1, seed + 1, MR_F32);
+    double *hm = rand_vals(n, -0.1, 0.1, seed + 2, MR_F32), *hv = rand_vals(n, 0, 0.01, seed + 3, MR_F32);
+    if (step == 1)
+        for (int64_t i = 0; i < n; i++) hm[i] = hv[i] = 0.0;
+    mr_tensor *p = to_gpu(hp, MR_F32, s), *gr = to_gpu(hg, MR_F32, s), *m = to_gpu(hm, MR_F32, s);
+    mr_tensor *v = to_gpu(hv, MR_F32, s);
+    mr_op_args g, r;
+    mr_op_args_init(&g, MR_OP_ADAMW_UPDATE);
+    g.p.adamw = (mr_adamw_params){1e-3, 0.9, 0.999, 1e-8, wd, step};
+    r = g;
+    g.in[0] = mr_tensor_as_view(p);
+    g.in[1] = mr_tensor_as_view(gr);
+    g.in[2] = mr_tensor_as_view(m);
+    g.in[3] = mr_tensor_as_view(v);
+    r.in[0] = f64_view(hp, s);
+    r.in[1] = f64_view(hg, s);
+    r.in[2] = f64_view(hm, s);
+    r.in[3] = f64_view(hv, s);
+    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
+    MR_ASSERT_OK(mr_op_run_ref(&r));
+    assert_true(th_compare("adamw param", from_gpu(p), MR_F64, r.in[0].data, n, TOL_F32_ATOL, TOL_F32_RTOL, TOL_F32_NMSE));
+    assert_true(th_compare("adamw exp_avg", from_gpu(m), MR_F64, r.in[2].data, n, TOL_F32_ATOL, TOL_F32_RTOL, TOL_F32_NMSE));
+    assert_true(th_compare("adamw exp_avg_sq", from_gpu(v), MR_F64, r.in[3].data, n, TOL_F32_ATOL, TOL_F32_RTOL,
+                           TOL_F32_NMSE));
+    gpu_free_all();
+}
+
+static void test_adamw(void **state) {
+    (void)state;
+    adamw_case(1, 0.0, 1100);
+    adamw_case(1, 0.01, 1110);
+    adamw_case(10, 0.1, 1120);
+    adamw_case(1000, 0.01, 1130);
+}
+
+/* ---- the backend table ------------------------------------------------------------------------ */
+
+/* alloc, H2D, D2D, D2H, H2H and memset_zero on the default stream round-trip the bytes. */
+static void test_backend_copy(void **state) {
+    (void)state;
+    const mr_backend *be = NULL;
+    MR_ASSERT_OK(mr_backend_get(MR_DEVICE_CUDA, &be));
+    int count = 0;
+    MR_ASSERT_OK(be->device_count(&count));
+    assert_true(count >= 1);
+    const size_t bytes = 1 << 20;
+    unsigned char *h_src = th_alloc(bytes), *h_dst = th_alloc(bytes), *h_h2h = th_alloc(bytes);
+    for (size_t i = 0; i < bytes; i++) h_src[i] = (unsigned char)(i * 131u + 7u);
+    void *d_a = NULL, *d_b = NULL, *d_zero = NULL;
+    MR_ASSERT_OK(be->alloc(0, bytes, &d_a));
+    MR_ASSERT_OK(be->alloc(0, bytes, &d_b));
+    MR_ASSERT_OK(be->alloc(0, 0, &d_zero));
+    assert_non_null(d_a);
+    assert_non_null(d_zero); /* 0 bytes still gives a unique pointer */
+    MR_ASSERT_OK(be->copy(0, d_a, h_src, bytes, MR_COPY_H2D, NULL));
+    MR_ASSERT_OK(be->copy(0, d_b, d_a, bytes, MR_COPY_D2D, NULL));
+    MR_ASSERT_OK(be->copy(0, h_dst, d_b, bytes, MR_COPY_D2H, NULL));
+    MR_ASSERT_OK(be->copy(0, h_h2h, h_src, bytes, MR_COPY_H2H, NULL));
+    MR_ASSERT_OK(be->stream_sync(NULL));
+    assert_memory_equal(h_src, h_dst, bytes);
+    assert_memory_equal(h_src, h_h2h, bytes);
+    MR_ASSERT_OK(be->memset_zero(0, d_b, bytes / 2, NULL));
+    MR_ASSERT_OK(be->copy(0, h_dst, d_b, bytes, MR_COPY_D2H, NULL));
+    MR_ASSERT_OK(be->stream_sync(NULL));
+    for (size_t i = 0; i < bytes / 2; i++) assert_int_equal(h_dst[i], 0);
+    assert_memory_equal(h_src + bytes / 2, h_dst + bytes / 2, bytes / 2);
+    be->free(0, d_a);
+    be->free(0, d_b);
+    be->free(0, d_zero);
+    be->free(0, NULL); /* a no-op */
+    th_free_all();
+}
+
+/* Two streams ordered by an event: s2's copy out of d_a must see s1's writes into it, over
+ * several rounds with new contents each time so a missing wait shows as stale bytes. */
+static void test_backend_streams(void **state) {
+    (void)state;
+    const mr_backend *be = NULL;
+    MR_ASSERT_OK(mr_backend_get(MR_DEVICE_CUDA, &be));
+    const size_t n = (size_t)16 << 20;
+    unsigned char *h_src = th_alloc(n), *h_dst = th_alloc(n);
+    void *d_a = NULL, *d_b = NULL;
+    mr_stream *s1 = NULL, *s2 = NULL;
+    mr_event *e = NULL;
+    MR_ASSERT_OK(be->alloc(0, n, &d_a));
+    MR_ASSERT_OK(be->alloc(0, n, &d_b));
+    MR_ASSERT_OK(be->stream_new(0, &s1));
+    MR_ASSERT_OK(be->stream_new(0, &s2));
+    MR_ASSERT_OK(be->event_new(0, &e));
+    for (int round = 0; round < 4; round++) {
+        memset(h_src, 0x11 * (round + 1), n);
+        MR_ASSERT_OK(be->memset_zero(0, d_a, n, s1));
+        MR_ASSERT_OK(be->copy(0, d_a, h_src, n, MR_COPY_H2D, s1));
+        MR_ASSERT_OK(be->event_record(e, s1));
+        MR_ASSERT_OK(be->stream_wait_event(s2, e));
+        MR_ASSERT_OK(be->copy(0, d_b, d_a, n, MR_COPY_D2D, s2));
+        MR_ASSERT_OK(be->copy(0, h_dst, d_b, n, MR_COPY_D2H, s2));
+        MR_ASSERT_OK(be->event_record(e, s2));
+        MR_ASSERT_OK(be->event_sync(e));
+        MR_ASSERT_OK(be->stream_sync(s2));
+        assert_memory_equal(h_src, h_dst, n);
+    }
+    be->event_free(e);
+    be->stream_free(s1);
+    be->stream_free(s2);
+    be->stream_free(NULL);
+    be->event_free(NULL);
+    be->free(0, d_a);
+    be->free(0, d_b);
+    th_free_all();
+}
+
+/* Ops on an explicit stream (GEMM takes the stream's own cuBLAS handle), then a relu on the same
+ * stream that consumes the GEMM's output. */
+static void test_ops_on_stream(void **state) {
+    (void)state;
+    const mr_backend *be = NULL;
+    MR_ASSERT_OK(mr_backend_get(MR_DEVICE_CUDA, &be));
+    mr_stream *s = NULL;
+    MR_ASSERT_OK(be->stream_new(0, &s));
+    const int64_t m = 65, n = 47, k = 129;
+    mr_shape sa = mr_shape_2d(m, k), sb = mr_shape_2d(k, n), sc = mr_shape_2d(m, n);
+    double *ha = rand_vals(m * k, -1, 1, 1200, MR_F32), *hb = rand_vals(k * n, -1, 1, 1201, MR_F32);
+    mr_tensor *ta = to_gpu(ha, MR_F32, sa), *tb = to_gpu(hb, MR_F32, sb), *tc = to_gpu(nan_vals(m * n), MR_F32, sc);
+    mr_tensor *ty = to_gpu(nan_vals(m * n), MR_F32, sc);
+    mr_op_args g, r;
+    mr_op_args_init(&g, MR_OP_GEMM);
+    g.p.gemm = (mr_gemm_params){0, 0, 1.0, 0.0};
+    r = g;
+    g.stream = s;
+    g.in[0] = mr_tensor_as_view(ta);
+    g.in[1] = mr_tensor_as_view(tb);
+    g.out[0] = mr_tensor_as_view(tc);
+    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
+    mr_op_args u;
+    mr_op_args_init(&u, MR_OP_RELU);
+    u.stream = s;
+    u.in[0] = mr_tensor_as_view(tc);
+    u.out[0] = mr_tensor_as_view(ty);
+    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &u));
+    MR_ASSERT_OK(be->stream_sync(s));
+    r.in[0] = f64_view(ha, sa);
+    r.in[1] = f64_view(hb, sb);
+    r.out[0] = th_view(MR_F64, sc);
+    MR_ASSERT_OK(mr_op_run_ref(&r));
+    double *ref = r.out[0].data;
+    for (int64_t i = 0; i < m * n; i++) ref[i] = ref[i] > 0 ? ref[i] : 0.0;
+    assert_true(th_compare("gemm+relu on a stream", from_gpu(ty), MR_F64, ref, m * n, TOL_F32_REDUCE_ATOL,
+                           TOL_F32_REDUCE_RTOL, TOL_F32_REDUCE_NMSE));
+    gpu_free_all();
+    be->stream_free(s);
+}
+
+/* A dtype the kernel does not take is an error naming the op, not a crash. */
+static void test_errors(void **state) {
+    (void)state;
+    mr_shape s = mr_shape_1d(16);
+    double *h = rand_vals(16, -1, 1, 1300, MR_F32);
+    mr_tensor *x = to_gpu(h, MR_F32, s), *y = to_gpu(h, MR_I32, s);
+    mr_op_args g;
+    mr_op_args_init(&g, MR_OP_CAST);
+    g.in[0] = mr_tensor_as_view(x);
+    g.out[0] = mr_tensor_as_view(y);
+    assert_int_not_equal(mr_op_run(MR_DEVICE_CUDA, &g), MR_OK);
+    assert_non_null(strstr(mr_last_error(), "cast"));
+    gpu_free_all();
+}
+
+int main(void) {
+    if (mr_cuda_device_count() == 0) {
+        const mr_backend *be = NULL;
+        if (mr_backend_get(MR_DEVICE_CUDA, &be) != MR_OK) printf("SKIPPED: %s\n", mr_last_error());
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_backend_copy),  cmocka_unit_test(test_backend_streams),
+        cmocka_unit_test(test_ops_on_stream), cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_unary_fwd),     cmocka_unit_test(test_unary_bwd),
+        cmocka_unit_test(test_binary),        cmocka_unit_test(test_cast),
+        cmocka_unit_test(test_sgd),           cmocka_unit_test(test_adamw),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
