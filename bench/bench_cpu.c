@@ -2,12 +2,15 @@
  *
  *   peak fp32   an FMA loop with independent accumulators on every thread (AVX-512, else AVX2),
  *               so "% of peak" is against this machine's measured ceiling, not a datasheet.
- *   bandwidth   a STREAM-style triad over arrays far larger than the caches.
+ *   bandwidth   the best of read, copy and triad STREAM-style loops over arrays far larger than
+ *               the caches.
  *   GEMM        mr_op_run(MR_OP_GEMM) at square sizes and at the shapes the reference models use
  *               (MLP 784-1024-1024-10 at batch 256; the CNN's im2col GEMMs at batch 128), plus
- *               the built-in fallback kernel once, for scale.
+ *               the built-in fallback kernel once, for scale; next to OpenBLAS tuned by hand
+ *               (OPENBLAS_CORETYPE=SkylakeX), loaded directly as a peer.
  *   ops         elementwise, reduction and normalisation ops in GB/s of compulsory traffic.
  * Usage: bench_cpu [--quick]. Prints a markdown table. Timings are medians of repeated runs. */
+#include <dlfcn.h>
 #include <immintrin.h>
 #include <math.h>
 #include <stdio.h>
@@ -84,8 +87,9 @@ static double peak_fp32(int threads) {
     return best;
 }
 
-/* Triad a = b + s*c over arrays of n floats; GB/s counting 3 streams of n*4 bytes (best of 5). */
-static double stream_triad(int64_t n) {
+/* Memory bandwidth: the best of a read-only sum, a copy and a triad a = b + s*c over arrays far
+ * larger than the caches, counting compulsory bytes (reads + writes), best of 5 each. */
+static double stream_bw(int64_t n, double *read_gbs, double *copy_gbs, double *triad_gbs) {
     float *a = aligned_alloc(64, (size_t)n * 4), *b = aligned_alloc(64, (size_t)n * 4), *c = aligned_alloc(64, (size_t)n * 4);
     if (!a || !b || !c) return 0;
 #pragma omp parallel for schedule(static)
@@ -94,19 +98,37 @@ static double stream_triad(int64_t n) {
         b[i] = 1;
         c[i] = 2;
     }
-    double best = 0;
+    double best[3] = {0, 0, 0};
+    volatile float sink = 0;
     for (int rep = 0; rep < 5; rep++) {
+        float s = 0;
         double t0 = now_s();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static) reduction(+ : s)
+        for (int64_t i = 0; i < n; i++) s += b[i];
+        double t1 = now_s();
+#pragma omp parallel for simd schedule(static)
+        for (int64_t i = 0; i < n; i++) a[i] = b[i];
+        double t2 = now_s();
+#pragma omp parallel for simd schedule(static)
         for (int64_t i = 0; i < n; i++) a[i] = b[i] + 3.0f * c[i];
-        double t = now_s() - t0;
-        double g = 3.0 * 4.0 * (double)n / t / 1e9;
-        if (g > best) best = g;
+        double t3 = now_s();
+        sink += s;
+        double g[3] = {4.0 * (double)n / (t1 - t0) / 1e9, 8.0 * (double)n / (t2 - t1) / 1e9,
+                       12.0 * (double)n / (t3 - t2) / 1e9};
+        for (int j = 0; j < 3; j++)
+            if (g[j] > best[j]) best[j] = g[j];
     }
+    (void)sink;
     free(a);
     free(b);
     free(c);
-    return best;
+    *read_gbs = best[0];
+    *copy_gbs = best[1];
+    *triad_gbs = best[2];
+    double m = best[0];
+    for (int j = 1; j < 3; j++)
+        if (best[j] > m) m = best[j];
+    return m;
 }
 
 /* ---- GEMM --------------------------------------------------------------------------------------- */
@@ -117,7 +139,22 @@ static float *rand_buf(int64_t n, uint64_t seed) {
     return p;
 }
 
-/* Median GFLOP/s of C(M,N) = A(M,K) op(B) through the GEMM op (or the built-in kernel). */
+/* The peer: OpenBLAS as a user would tune it by hand (OPENBLAS_CORETYPE=SkylakeX on AVX-512),
+ * loaded here directly, whatever provider mirror chose. NULL when not installed. */
+typedef void (*cblas_sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int, float,
+                               float *, int);
+static cblas_sgemm_fn g_openblas;
+
+static void load_openblas_peer(void) {
+    const char *old = getenv("OPENBLAS_CORETYPE");
+    if (!old && mr_cpu_caps_get()->avx512f) setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+    void *h = dlopen("/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+    if (!old) unsetenv("OPENBLAS_CORETYPE");
+    if (h) g_openblas = (cblas_sgemm_fn)dlsym(h, "cblas_sgemm");
+}
+
+/* Median GFLOP/s of C(M,N) = A(M,K) op(B): provider 0 the GEMM op, 1 the built-in kernel,
+ * 2 the OpenBLAS peer. */
 static double bench_gemm(int64_t m, int64_t n, int64_t k, int tb, int builtin, int reps) {
     float *A = rand_buf(m * k, 1), *B = rand_buf(k * n, 2), *C = rand_buf(m * n, 3);
     mr_op_args a;
@@ -130,8 +167,11 @@ static double bench_gemm(int64_t m, int64_t n, int64_t k, int tb, int builtin, i
     if (reps > 64) reps = 64;
     for (int r = -1; r < reps; r++) {
         double t0 = now_s();
-        if (builtin) {
+        if (builtin == 1) {
             mr_cpu_sgemm_builtin(0, tb, m, n, k, 1.0f, A, k, B, tb ? k : n, 0.0f, C, n);
+        } else if (builtin == 2) {
+            g_openblas(101, 111, tb ? 112 : 111, (int)m, (int)n, (int)k, 1.0f, A, (int)k, B, (int)(tb ? k : n), 0.0f, C,
+                       (int)n);
         } else if (mr_op_run(MR_DEVICE_CPU, &a) != MR_OK) {
             fprintf(stderr, "gemm failed: %s\n", mr_last_error());
             exit(1);
@@ -166,12 +206,16 @@ int main(int argc, char **argv) {
     printf("# mirror CPU benchmark\n\n");
     printf("- threads: %d; CPU features: %s\n", threads, mr_cpu_features());
     printf("- GEMM provider: %s\n", mr_cpu_gemm_provider());
+    load_openblas_peer();
     double peak1 = peak_fp32(1), peak = peak_fp32(threads);
-    double bw = stream_triad(quick ? (int64_t)1 << 25 : (int64_t)1 << 27);
-    printf("- measured fp32 peak: %.1f GFLOP/s on %d threads (%.1f on 1)\n", peak, threads, peak1);
-    printf("- measured memory bandwidth (triad): %.1f GB/s\n\n", bw);
+    double rd = 0, cp = 0, tr = 0;
+    double bw = stream_bw(quick ? (int64_t)1 << 25 : (int64_t)1 << 27, &rd, &cp, &tr);
+    printf("- measured fp32 peak: %.1f GFLOP/s on %d threads (%.1f on 1): AVX-512 FMA loop, 16 chains\n", peak,
+           threads, peak1);
+    printf("- measured memory bandwidth: %.1f GB/s (read %.1f, copy %.1f, triad %.1f)\n\n", bw, rd, cp, tr);
 
-    printf("| GEMM (M x N x K, B^T?) | GFLOP/s | %% of peak |\n|---|---:|---:|\n");
+    printf("| GEMM (M x N x K, B^T?) | mirror GFLOP/s | %% of peak | OpenBLAS (SkylakeX, hand-tuned) | mirror / OpenBLAS |\n"
+           "|---|---:|---:|---:|---:|\n");
     struct { int64_t m, n, k; int tb; const char *what; } g[] = {
         {1024, 1024, 1024, 0, "square"},
         {2048, 2048, 2048, 0, "square"},
@@ -188,18 +232,20 @@ int main(int argc, char **argv) {
         if (quick && g[i].m == 4096) continue;
         int reps = g[i].m >= 2048 ? 5 : 15;
         double gf = bench_gemm(g[i].m, g[i].n, g[i].k, g[i].tb, 0, reps);
-        printf("| %lld x %lld x %lld%s (%s) | %.1f | %.0f%% |\n", (long long)g[i].m, (long long)g[i].n,
-               (long long)g[i].k, g[i].tb ? " B^T" : "", g[i].what, gf, 100.0 * gf / peak);
+        double go = g_openblas ? bench_gemm(g[i].m, g[i].n, g[i].k, g[i].tb, 2, reps) : 0.0;
+        printf("| %lld x %lld x %lld%s (%s) | %.1f | %.0f%% | %.1f | %.2f |\n", (long long)g[i].m, (long long)g[i].n,
+               (long long)g[i].k, g[i].tb ? " B^T" : "", g[i].what, gf, 100.0 * gf / peak, go,
+               go > 0 ? gf / go : 0.0);
     }
     double gb = bench_gemm(1024, 1024, 1024, 0, 1, 3);
-    printf("| 1024^3 built-in fallback kernel | %.1f | %.0f%% |\n\n", gb, 100.0 * gb / peak);
+    printf("| 1024^3 built-in fallback kernel | %.1f | %.0f%% | | |\n\n", gb, 100.0 * gb / peak);
 
     /* Elementwise and row-wise ops on 16M f32 elements (rows of 1024 for the row ops). */
     int64_t n = quick ? (int64_t)1 << 22 : (int64_t)1 << 24, cols = 1024, rows = n / cols;
     float *x = rand_buf(n, 4), *y = rand_buf(n, 5), *z = rand_buf(n, 6), *w = rand_buf(n, 7);
     float *gm = rand_buf(cols, 8), *bt = rand_buf(cols, 9), *mu = rand_buf(rows, 10), *rs = rand_buf(rows, 11);
     mr_shape s1 = mr_shape_1d(n), s2 = mr_shape_2d(rows, cols);
-    printf("| op (%lld f32) | GB/s | %% of triad |\n|---|---:|---:|\n", (long long)n);
+    printf("| op (%lld f32) | GB/s | %% of measured bandwidth |\n|---|---:|---:|\n", (long long)n);
     struct { mr_op_id op; int nin, nout; double streams; } ops[] = {
         {MR_OP_ADD, 2, 1, 3}, {MR_OP_MUL, 2, 1, 3}, {MR_OP_RELU, 1, 1, 2}, {MR_OP_GELU, 1, 1, 2},
         {MR_OP_EXP, 1, 1, 2}, {MR_OP_GELU_BWD, 3, 1, 3}, {MR_OP_SUM, 1, 1, 1}, {MR_OP_SOFTMAX, 1, 1, 2},

@@ -78,3 +78,14 @@ int mr_op_is_f64(const mr_op_args *a) {
         if (a->out[i].data && mr_dtype_is_float(a->out[i].dtype)) return a->out[i].dtype == MR_F64;
     return 0;
 }
+
+mr_status mr_op_check_all_float(const mr_op_args *a, mr_dtype dt) {
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < (k ? a->n_out : a->n_in); i++) {
+            const mr_view *v = k ? &a->out[i] : &a->in[i];
+            if (v->data && v->dtype != dt)
+                return mr_op_error(a, "%s[%d] has dtype %s; expected %s like the other operands", k ? "out" : "in", i,
+                                   mr_dtype_name(v->dtype), mr_dtype_name(dt));
+        }
+    return MR_OK;
+}

@@ -42,6 +42,10 @@ MR_DECLARE_KERNELS(cast_fwd)           /* cast_{ref,cpu}.c */
 MR_DECLARE_KERNELS(sgd_update)         /* optim_{ref,cpu}.c */
 MR_DECLARE_KERNELS(adamw_update)
 
+/* SOFTMAX_XENT(_BWD): rejects a label outside [0, C) that is not ignore_index, before any output
+ * is written (softmax_ref.c; the CPU kernels use it too). */
+mr_status mr_xent_check_labels(const mr_op_args *a, const int32_t *labels, int64_t n, int64_t c);
+
 /* Scratch bytes for the CPU conv kernels (im2col buffers, one per thread). */
 size_t mr_conv2d_fwd_workspace(const mr_op_args *a);
 size_t mr_conv2d_bwd_data_workspace(const mr_op_args *a);
@@ -57,6 +61,9 @@ mr_status mr_op_error_at(const mr_op_args *a, const char *file, int line, const 
  * allow_half), except the op's integer views (labels, ids, argmax), which must be i32. Views
  * with data == NULL are skipped. Returns the float dtype via *dt. */
 mr_status mr_op_check_float(const mr_op_args *a, int allow_half, mr_dtype *dt);
+/* Checks that every view with data, integer views included, has dtype dt (for ops with no
+ * integer views, after mr_op_check_float, which skips those). */
+mr_status mr_op_check_all_float(const mr_op_args *a, mr_dtype dt);
 /* Checks a view's shape equals `s`, naming the view ("in[1]", role) in the error. */
 mr_status mr_op_check_shape(const mr_op_args *a, const mr_view *v, const char *role, const mr_shape *s);
 /* True when every float view (non-NULL data) is f64: CPU kernels then run the reference. */

@@ -100,3 +100,172 @@ void th_numeric_grad(double *x, int64_t n, double h, double (*loss)(void *ctx), 
         numeric[i] = (lp - lm) / (2.0 * h);
     }
 }
+
+/* ---- op checks (see harness.h) ------------------------------------------------------------- */
+
+mr_view th_rand_view(mr_dtype dt, mr_shape s, double lo, double hi, uint64_t seed) {
+    mr_view v = th_view(dt, s);
+    int64_t n = mr_shape_numel(&s);
+    if (dt == MR_F64) th_fill_uniform_f64(v.data, n, lo, hi, seed);
+    else th_fill_uniform_f32(v.data, n, (float)lo, (float)hi, seed);
+    return v;
+}
+
+mr_shape th_shp(int nd, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+    int64_t d[4] = {d0, d1, d2, d3};
+    return mr_shape_make(nd, d);
+}
+
+size_t th_view_bytes(const mr_view *v) { return (size_t)mr_shape_numel(&v->shape) * mr_dtype_size(v->dtype); }
+
+void th_give_workspace(mr_op_args *a) {
+    size_t ws = mr_op_workspace_bytes(a);
+    a->workspace = ws ? th_alloc(ws) : NULL;
+    a->workspace_bytes = ws;
+}
+
+mr_op_args th_fresh_outputs(const mr_op_args *a) {
+    mr_op_args b = *a;
+    for (int i = 0; i < a->n_out; i++)
+        if (a->out[i].data) b.out[i] = th_view(a->out[i].dtype, a->out[i].shape);
+    return b;
+}
+
+static int is_float(mr_dtype dt) { return dt == MR_F32 || dt == MR_F64; }
+
+mr_op_args th_widen_args(const mr_op_args *a) {
+    mr_op_args b = *a;
+    b.workspace = NULL;
+    b.workspace_bytes = 0;
+    for (int i = 0; i < a->n_in; i++) {
+        const mr_view *v = &a->in[i];
+        if (!v->data || v->dtype != MR_F32) continue;
+        b.in[i] = th_view(MR_F64, v->shape);
+        th_f32_to_f64(v->data, b.in[i].data, mr_shape_numel(&v->shape));
+    }
+    for (int i = 0; i < a->n_out; i++) {
+        const mr_view *v = &a->out[i];
+        if (v->data) b.out[i] = th_view(v->dtype == MR_F32 ? MR_F64 : v->dtype, v->shape);
+    }
+    return b;
+}
+
+double th_max_abs_err, th_max_rel_err;
+
+static void track_err(const float *x, const double *ref, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)x[i] - ref[i]);
+        if (!isfinite(e)) continue;
+        if (e > th_max_abs_err) th_max_abs_err = e;
+        if (fabs(ref[i]) > 1e-3 && e / fabs(ref[i]) > th_max_rel_err) th_max_rel_err = e / fabs(ref[i]);
+    }
+}
+
+/* 1 when the args' float views are F64 (the first float view with data decides). */
+static int args_are_f64(const mr_op_args *a) {
+    for (int k = 0; k < 2; k++) {
+        const mr_view *v = k ? a->out : a->in;
+        for (int i = 0; i < (k ? a->n_out : a->n_in); i++)
+            if (v[i].data && is_float(v[i].dtype)) return v[i].dtype == MR_F64;
+    }
+    return 0;
+}
+
+mr_op_args th_check_cpu_vs_ref(const char *what, mr_op_args *a, double atol, double rtol, double nmse) {
+    int wide = args_are_f64(a);
+    mr_op_args ref, f32, f64;
+    if (wide) {
+        ref = *a;
+        f32 = *a;
+        for (int i = 0; i < a->n_in; i++) {
+            const mr_view *v = &a->in[i];
+            if (!v->data || v->dtype != MR_F64) continue;
+            int64_t n = mr_shape_numel(&v->shape);
+            f32.in[i] = th_view(MR_F32, v->shape);
+            th_f64_to_f32(v->data, f32.in[i].data, n);
+            th_f32_to_f64(f32.in[i].data, v->data, n); /* all runs see the same rounded inputs */
+        }
+        for (int i = 0; i < a->n_out; i++) {
+            const mr_view *v = &a->out[i];
+            if (v->data) f32.out[i] = th_view(v->dtype == MR_F64 ? MR_F32 : v->dtype, v->shape);
+        }
+        th_give_workspace(&f32);
+    } else {
+        th_give_workspace(a);
+        f32 = *a;
+        ref = th_widen_args(a);
+    }
+    f64 = th_fresh_outputs(&ref);
+    th_give_workspace(&f64);
+    MR_ASSERT_OK(mr_op_run_ref(&ref));
+    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &f32));
+    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &f64));
+    char name[200];
+    for (int i = 0; i < a->n_out; i++) {
+        const mr_view *x = &f32.out[i], *r = &ref.out[i];
+        if (!x->data) continue;
+        int64_t n = mr_shape_numel(&x->shape);
+        if (x->dtype == MR_F32) {
+            snprintf(name, sizeof name, "%s out[%d] f32", what, i);
+            track_err(x->data, r->data, n);
+            assert_true(th_compare(name, x->data, MR_F32, r->data, n, atol, rtol, nmse));
+        } else {
+            assert_memory_equal(x->data, r->data, th_view_bytes(x));
+        }
+        snprintf(name, sizeof name, "%s out[%d] f64", what, i);
+        if (r->dtype == MR_F64) assert_true(th_compare(name, f64.out[i].data, MR_F64, r->data, n, 0, 0, 0));
+        assert_memory_equal(f64.out[i].data, r->data, th_view_bytes(r));
+    }
+    return ref;
+}
+
+void th_check_thread_invariant(const mr_op_args *a) {
+    mr_op_args r[2];
+    int saved = mr_cpu_threads();
+    for (int t = 0; t < 2; t++) {
+        mr_cpu_set_threads(t + 1);
+        r[t] = th_fresh_outputs(a);
+        th_give_workspace(&r[t]);
+        MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &r[t]));
+    }
+    mr_cpu_set_threads(saved);
+    for (int i = 0; i < a->n_out; i++)
+        if (a->out[i].data) assert_memory_equal(r[0].out[i].data, r[1].out[i].data, th_view_bytes(&a->out[i]));
+}
+
+typedef struct grad_ctx {
+    mr_op_args *fwd;
+    const double *r;
+} grad_ctx;
+
+/* sum(out[0] * r) of the forward, run on the reference. */
+static double grad_loss(void *p) {
+    grad_ctx *c = p;
+    MR_ASSERT_OK(mr_op_run_ref(c->fwd));
+    const double *y = c->fwd->out[0].data;
+    double s = 0.0;
+    for (int64_t i = 0; i < mr_shape_numel(&c->fwd->out[0].shape); i++) s += y[i] * c->r[i];
+    return s;
+}
+
+void th_check_grad(const char *what, mr_op_args *fwd, int k, const double *r, const double *analytic, double nmse) {
+    assert_true(fwd->in[k].dtype == MR_F64 && fwd->out[0].dtype == MR_F64);
+    grad_ctx c = {fwd, r};
+    int64_t n = mr_shape_numel(&fwd->in[k].shape);
+    double *num = th_alloc((size_t)n * sizeof(double));
+    th_numeric_grad(fwd->in[k].data, n, TOL_GRAD_H, grad_loss, &c, num);
+    assert_true(th_compare(what, analytic, MR_F64, num, n, TOL_GRAD_ATOL, TOL_GRAD_RTOL, nmse));
+}
+
+void th_expect_invalid_at(const mr_op_args *a, const char *opname, int line) {
+    mr_status st = mr_op_run(MR_DEVICE_CPU, a);
+    if (st != MR_ERR_INVALID) fail_msg("line %d: expected MR_ERR_INVALID, got %s", line, mr_status_name(st));
+    if (!strstr(mr_last_error(), opname))
+        fail_msg("line %d: error \"%s\" does not name %s", line, mr_last_error(), opname);
+}
+
+void th_expect_invalid_cpu_ref(const mr_op_args *a, const char *name) {
+    assert_int_equal(mr_op_run(MR_DEVICE_CPU, a), MR_ERR_INVALID);
+    if (!strstr(mr_last_error(), name)) fail_msg("error '%s' does not name %s", mr_last_error(), name);
+    assert_int_equal(mr_op_run_ref(a), MR_ERR_INVALID);
+}

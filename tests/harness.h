@@ -47,4 +47,68 @@ int th_compare(const char *what, const void *x, mr_dtype dt, const double *ref, 
  * numeric[i] = (loss(x+h) - loss(x-h)) / 2h. loss is called with ctx. */
 void th_numeric_grad(double *x, int64_t n, double h, double (*loss)(void *ctx), void *ctx, double *numeric);
 
+/* ---- op checks shared by the op tests ------------------------------------------------------ */
+
+/* A view (test-owned, see th_alloc) of dtype dt (MR_F32 or MR_F64) and shape s filled by
+ * th_fill_uniform_f64/_f32 with values in [lo, hi). */
+mr_view th_rand_view(mr_dtype dt, mr_shape s, double lo, double hi, uint64_t seed);
+
+/* A shape of nd dims (0..4) from the first nd of d0..d3 (the rest ignored), for case tables. */
+mr_shape th_shp(int nd, int64_t d0, int64_t d1, int64_t d2, int64_t d3);
+
+/* Bytes of v's data (numel * dtype size). */
+size_t th_view_bytes(const mr_view *v);
+
+/* Gives args the workspace their op asks for (mr_op_workspace_bytes; test-owned, NULL when 0). */
+void th_give_workspace(mr_op_args *a);
+
+/* A copy of a with fresh zeroed test-owned outputs of the same dtypes and shapes in place of
+ * every output that has data (to run the same inputs again and compare). */
+mr_op_args th_fresh_outputs(const mr_op_args *a);
+
+/* The f64 twin of f32 args: F32 inputs widened into fresh test-owned F64 views (so both see the
+ * same rounded values), integer and F64 inputs shared; fresh outputs (F32 ones as F64, integer
+ * ones of their dtype); no workspace. */
+mr_op_args th_widen_args(const mr_op_args *a);
+
+/* Largest f32-vs-reference errors seen by th_check_cpu_vs_ref since the test last reset them
+ * (abs err over all elements; rel err over elements with |ref| > 1e-3), for the summaries the
+ * tests print. Start at 0; the tests reset them. */
+extern double th_max_abs_err, th_max_rel_err;
+
+/* Runs an op three ways on the same values and compares every output:
+ *   - the f64 reference (mr_op_run_ref),
+ *   - the CPU in f32 on the inputs rounded to f32,
+ *   - the CPU in f64.
+ * `a` holds the inputs and outputs in one float precision:
+ *   - F32 args: a's outputs receive the CPU f32 results; F32 inputs are widened for the f64 runs.
+ *   - F64 args: a's outputs receive the reference results; F64 inputs are rounded to f32 IN PLACE
+ *     first (so all three runs see the same values).
+ * Integer inputs (ids, labels, argmax) are shared; absent outputs (data NULL) stay absent. The
+ * f32 runs get the workspace their op asks for (with F32 args, a itself gets it).
+ * Asserts: every f32 float output within |x-ref| <= atol + rtol*|ref| and NMSE <= nmse (see
+ * th_compare; also tracked in th_max_abs_err/th_max_rel_err); every integer output of the f32
+ * run equal to the reference's; every output of the CPU f64 run bit-identical to the reference.
+ * Returns the reference args (f64 inputs, outputs filled; test-owned) for further checks. */
+mr_op_args th_check_cpu_vs_ref(const char *what, mr_op_args *a, double atol, double rtol, double nmse);
+
+/* Runs args on the CPU (fresh outputs each time, see th_fresh_outputs) with 1 and with 2 threads
+ * and asserts bit-identical outputs; restores the thread count. a is not modified. */
+void th_check_thread_invariant(const mr_op_args *a);
+
+/* Gradient check of input k of the f64 forward args fwd: central differences (step TOL_GRAD_H,
+ * each entry perturbed in place and restored, fwd rerun on the reference) of the loss
+ * sum(fwd.out[0] * r) with respect to every entry of fwd.in[k], against `analytic` (as many
+ * values as fwd.in[k]). Asserts |analytic-numeric| <= TOL_GRAD_ATOL + TOL_GRAD_RTOL*|numeric| and
+ * NMSE <= nmse. fwd.out[0] is overwritten; r must not alias it. */
+void th_check_grad(const char *what, mr_op_args *fwd, int k, const double *r, const double *analytic, double nmse);
+
+/* Asserts the CPU rejects args with MR_ERR_INVALID and an error message naming opname (fails
+ * with the caller's line). */
+#define th_expect_invalid(a, opname) th_expect_invalid_at((a), (opname), __LINE__)
+void th_expect_invalid_at(const mr_op_args *a, const char *opname, int line);
+/* The same for ops with an f64 reference that takes these args: the CPU rejects them with
+ * MR_ERR_INVALID and a message naming `name`, and the reference returns MR_ERR_INVALID too. */
+void th_expect_invalid_cpu_ref(const mr_op_args *a, const char *name);
+
 #endif

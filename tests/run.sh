@@ -25,6 +25,10 @@ fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
 cuda="${MIRROR_CUDA:-AUTO}"
+# The CUDA toolkit's usual home, for shells whose PATH does not name it.
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+    export PATH="$PATH:/usr/local/cuda/bin"
+fi
 
 echo "== build (Release, MIRROR_CUDA=$cuda) =="
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DMIRROR_CUDA="$cuda" >build-configure.log 2>&1 ||

@@ -17,6 +17,8 @@
 #define TOL_GRAD_H 1e-6
 #define TOL_GRAD_ATOL 1e-6
 #define TOL_GRAD_RTOL 1e-5
+/* ... and the NMSE bound of those checks for the elementwise, reduce and softmax ops. */
+#define TOL_GRAD_NMSE 1e-8
 
 /* nn op gradient checks (layernorm, embedding, conv, pool, dropout, permute): NMSE of the
  * analytic f64 gradient against central differences (h = 1e-6). Measured <= 1.1e-18 for all but

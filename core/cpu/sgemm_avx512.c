@@ -76,47 +76,67 @@ static void release_bufs(pack_bufs *b) {
     pthread_mutex_unlock(&g_pool_lock);
 }
 
-/* Packs op(A)[i0:i0+mc, p0:p0+kc] into micro-panels of MR rows: ap[panel][k][r], zero padded. */
-static void pack_a(int trans_a, const float *a, int64_t lda, int64_t i0, int64_t p0, int mc, int kc, float *ap) {
+/* Packs op(A)[i0:i0+mc, p0:p0+kc] into micro-panels of MR rows: ap[panel][k][r], zero padded.
+ * Untransposed A is a strided gather (one masked 16-lane gather per k); transposed A is a
+ * contiguous masked load. */
+__attribute__((target("avx512f"))) static void pack_a(int trans_a, const float *a, int64_t lda, int64_t i0,
+                                                       int64_t p0, int mc, int kc, float *ap) {
     for (int ir = 0; ir < mc; ir += MR) {
         int mr = mc - ir < MR ? mc - ir : MR;
         float *dst = ap + (int64_t)ir * kc;
+        __mmask16 m = (__mmask16)((1u << mr) - 1u);
         if (!trans_a) {
-            for (int r = 0; r < mr; r++) {
-                const float *src = a + (i0 + ir + r) * lda + p0;
-                for (int k = 0; k < kc; k++) dst[k * MR + r] = src[k];
+            const float *base = a + (i0 + ir) * lda + p0;
+            if (lda <= INT32_MAX / MR) {
+                __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                 _mm512_set1_epi32((int)lda));
+                for (int k = 0; k < kc; k++) {
+                    __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, base + k, 4);
+                    _mm512_mask_storeu_ps(dst + k * MR, (__mmask16)0x3fff, v);
+                }
+            } else {
+                for (int k = 0; k < kc; k++)
+                    for (int r = 0; r < MR; r++) dst[k * MR + r] = r < mr ? base[r * lda + k] : 0.0f;
             }
         } else {
             for (int k = 0; k < kc; k++) {
-                const float *src = a + (p0 + k) * lda + i0 + ir;
-                for (int r = 0; r < mr; r++) dst[k * MR + r] = src[r];
+                __m512 v = _mm512_maskz_loadu_ps(m, a + (p0 + k) * lda + i0 + ir);
+                _mm512_mask_storeu_ps(dst + k * MR, (__mmask16)0x3fff, v);
             }
         }
-        for (int r = mr; r < MR; r++)
-            for (int k = 0; k < kc; k++) dst[k * MR + r] = 0.0f;
     }
 }
 
-/* Packs op(B)[p0:p0+kc, j0:j0+nc] into micro-panels of NR columns: bp[panel][k][c], zero padded. */
-static void pack_b(int trans_b, const float *b, int64_t ldb, int64_t p0, int64_t j0, int kc, int nc, float *bp) {
+/* Packs op(B)[p0:p0+kc, j0:j0+nc] into micro-panels of NR columns: bp[panel][k][c], zero padded.
+ * Untransposed B is a masked copy of 32 contiguous floats per k; transposed B gathers 16 columns
+ * at a time with stride ldb. */
+__attribute__((target("avx512f"))) static void pack_b(int trans_b, const float *b, int64_t ldb, int64_t p0,
+                                                       int64_t j0, int kc, int nc, float *bp) {
     for (int jr = 0; jr < nc; jr += NR) {
         int nr = nc - jr < NR ? nc - jr : NR;
         float *dst = bp + (int64_t)jr * kc;
+        __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1u);
+        __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : (nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1u));
         if (!trans_b) {
             for (int k = 0; k < kc; k++) {
                 const float *src = b + (p0 + k) * ldb + j0 + jr;
-                float *d = dst + k * NR;
-                int c = 0;
-                for (; c < nr; c++) d[c] = src[c];
-                for (; c < NR; c++) d[c] = 0.0f;
+                _mm512_store_ps(dst + k * NR, _mm512_maskz_loadu_ps(m0, src));
+                _mm512_store_ps(dst + k * NR + 16, _mm512_maskz_loadu_ps(m1, src + 16));
+            }
+        } else if (ldb <= INT32_MAX / NR) {
+            const float *base = b + (j0 + jr) * ldb + p0;
+            __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                             _mm512_set1_epi32((int)ldb));
+            const float *base1 = base + 16 * ldb;
+            for (int k = 0; k < kc; k++) {
+                _mm512_store_ps(dst + k * NR, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m0, idx, base + k, 4));
+                _mm512_store_ps(dst + k * NR + 16,
+                                m1 ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m1, idx, base1 + k, 4)
+                                   : _mm512_setzero_ps());
             }
         } else {
-            for (int c = 0; c < nr; c++) {
-                const float *src = b + (j0 + jr + c) * ldb + p0;
-                for (int k = 0; k < kc; k++) dst[k * NR + c] = src[k];
-            }
-            for (int c = nr; c < NR; c++)
-                for (int k = 0; k < kc; k++) dst[k * NR + c] = 0.0f;
+            for (int k = 0; k < kc; k++)
+                for (int c = 0; c < NR; c++) dst[k * NR + c] = c < nr ? b[(j0 + jr + c) * ldb + p0 + k] : 0.0f;
         }
     }
 }

@@ -97,23 +97,13 @@ mr_status mr_softmax_bwd_cpu(const mr_op_args *a) {
     return MR_OK;
 }
 
-/* Rejects a label outside [0, C) that is not ignore_index, before any output is written. */
-static mr_status check_labels(const mr_op_args *a, const int32_t *labels, int64_t n, int64_t c) {
-    int64_t ign = a->p.xent.ignore_index;
-    for (int64_t i = 0; i < n; i++)
-        if (labels[i] != ign && (labels[i] < 0 || labels[i] >= c))
-            return mr_op_error(a, "label %d in row %lld is outside [0, %lld) and is not ignore_index %lld",
-                               (int)labels[i], (long long)i, (long long)c, (long long)ign);
-    return MR_OK;
-}
-
 /* logits (N,C), labels (N) i32 -> loss (N), probs (N,C) */
 mr_status mr_xent_fwd_cpu(const mr_op_args *a) {
     if (mr_op_is_f64(a)) return mr_xent_fwd_ref(a);
     if (a->in[0].dtype != MR_F32) return f32_only(a, a->in[0].dtype);
     const int64_t n = a->in[0].shape.dim[0], c = a->in[0].shape.dim[1];
     const int32_t *lab = a->in[1].data;
-    mr_status st = check_labels(a, lab, n, c);
+    mr_status st = mr_xent_check_labels(a, lab, n, c);
     if (st != MR_OK) return st;
     const float *X = a->in[0].data;
     float *L = a->out[0].data, *P = a->out[1].data;
@@ -138,7 +128,7 @@ mr_status mr_xent_bwd_cpu(const mr_op_args *a) {
     if (a->in[0].dtype != MR_F32) return f32_only(a, a->in[0].dtype);
     const int64_t n = a->in[0].shape.dim[0], c = a->in[0].shape.dim[1];
     const int32_t *lab = a->in[1].data;
-    mr_status st = check_labels(a, lab, n, c);
+    mr_status st = mr_xent_check_labels(a, lab, n, c);
     if (st != MR_OK) return st;
     const float *P = a->in[0].data, *G = a->in[2].data;
     float *DX = a->out[0].data;

@@ -3,18 +3,6 @@
  * CPU kernels (mr_conv2d_*_workspace) live with them in core/cpu/conv_cpu.c. */
 #include "core/ops_impl.h"
 
-/* mr_op_check_float skips integer views; every view of these ops must be float of one type. */
-static mr_status conv_all_float(const mr_op_args *a, mr_dtype dt) {
-    for (int k = 0; k < 2; k++)
-        for (int i = 0; i < (k ? a->n_out : a->n_in); i++) {
-            const mr_view *v = k ? &a->out[i] : &a->in[i];
-            if (v->data && v->dtype != dt)
-                return mr_op_error(a, "%s[%d] has dtype %s; expected %s like the other operands", k ? "out" : "in", i,
-                                   mr_dtype_name(v->dtype), mr_dtype_name(dt));
-        }
-    return MR_OK;
-}
-
 /* Geometry shared by the three ops; filled from x (or dx), w (or dw) and y (or dy). */
 typedef struct conv_geom {
     int64_t n, c, h, w, o, kh, kw, oh, ow;
@@ -61,7 +49,7 @@ mr_status mr_conv2d_fwd_check(const mr_op_args *a) {
     if (!a->in[0].data || !a->in[1].data || !a->out[0].data) return mr_op_error(a, "x, w and y are required");
     mr_dtype dt;
     mr_status st = mr_op_check_float(a, 0, &dt);
-    if (st != MR_OK || (st = conv_all_float(a, dt)) != MR_OK) return st;
+    if (st != MR_OK || (st = mr_op_check_all_float(a, dt)) != MR_OK) return st;
     conv_geom g;
     if ((st = conv_geom_get(a, &a->in[0], "in[0] (x)", &a->in[1], "in[1] (w)", &a->out[0], "out[0] (y)", &g)) != MR_OK)
         return st;
@@ -72,7 +60,7 @@ mr_status mr_conv2d_bwd_data_check(const mr_op_args *a) {
     if (!a->in[0].data || !a->in[1].data || !a->out[0].data) return mr_op_error(a, "w, dy and dx are required");
     mr_dtype dt;
     mr_status st = mr_op_check_float(a, 0, &dt);
-    if (st != MR_OK || (st = conv_all_float(a, dt)) != MR_OK) return st;
+    if (st != MR_OK || (st = mr_op_check_all_float(a, dt)) != MR_OK) return st;
     conv_geom g;
     return conv_geom_get(a, &a->out[0], "out[0] (dx)", &a->in[0], "in[0] (w)", &a->in[1], "in[1] (dy)", &g);
 }
@@ -81,7 +69,7 @@ mr_status mr_conv2d_bwd_filter_check(const mr_op_args *a) {
     if (!a->in[0].data || !a->in[1].data || !a->out[0].data) return mr_op_error(a, "x, dy and dw are required");
     mr_dtype dt;
     mr_status st = mr_op_check_float(a, 0, &dt);
-    if (st != MR_OK || (st = conv_all_float(a, dt)) != MR_OK) return st;
+    if (st != MR_OK || (st = mr_op_check_all_float(a, dt)) != MR_OK) return st;
     conv_geom g;
     if ((st = conv_geom_get(a, &a->in[0], "in[0] (x)", &a->out[0], "out[0] (dw)", &a->in[1], "in[1] (dy)", &g)) != MR_OK)
         return st;

@@ -6,23 +6,11 @@
 #include "core/ops_impl.h"
 #include "core/math/philox_math.h"
 
-/* mr_op_check_float skips integer views; every view of these ops must be float of one type. */
-static mr_status dropout_all_float(const mr_op_args *a, mr_dtype dt) {
-    for (int k = 0; k < 2; k++)
-        for (int i = 0; i < (k ? a->n_out : a->n_in); i++) {
-            const mr_view *v = k ? &a->out[i] : &a->in[i];
-            if (v->data && v->dtype != dt)
-                return mr_op_error(a, "%s[%d] has dtype %s; expected %s like the other operands", k ? "out" : "in", i,
-                                   mr_dtype_name(v->dtype), mr_dtype_name(dt));
-        }
-    return MR_OK;
-}
-
 mr_status mr_dropout_fwd_check(const mr_op_args *a) {
     if (!a->in[0].data || !a->out[0].data) return mr_op_error(a, "input and output are required");
     mr_dtype dt;
     mr_status st = mr_op_check_float(a, 0, &dt);
-    if (st != MR_OK || (st = dropout_all_float(a, dt)) != MR_OK) return st;
+    if (st != MR_OK || (st = mr_op_check_all_float(a, dt)) != MR_OK) return st;
     if ((st = mr_op_check_shape(a, &a->out[0], "out[0]", &a->in[0].shape)) != MR_OK) return st;
     double p = a->p.dropout.p;
     if (!(p >= 0.0 && p <= 1.0)) return mr_op_error(a, "p = %g must be in [0, 1]", p);

@@ -7,18 +7,6 @@
 
 #include <math.h>
 
-/* mr_op_check_float skips integer views; every view of these ops must be float of one type. */
-static mr_status layernorm_all_float(const mr_op_args *a, mr_dtype dt) {
-    for (int k = 0; k < 2; k++)
-        for (int i = 0; i < (k ? a->n_out : a->n_in); i++) {
-            const mr_view *v = k ? &a->out[i] : &a->in[i];
-            if (v->data && v->dtype != dt)
-                return mr_op_error(a, "%s[%d] has dtype %s; expected %s like the other operands", k ? "out" : "in", i,
-                                   mr_dtype_name(v->dtype), mr_dtype_name(dt));
-        }
-    return MR_OK;
-}
-
 /* Rows and columns of x (..., D); mean and rstd must have x's leading dims. */
 static mr_status ln_dims(const mr_op_args *a, const mr_view *x, int64_t *rows, int64_t *cols) {
     char b1[128];
@@ -43,7 +31,7 @@ mr_status mr_layernorm_fwd_check(const mr_op_args *a) {
             return mr_op_error(a, "x, gamma, beta and y, mean, rstd are all required");
     mr_dtype dt;
     mr_status st = mr_op_check_float(a, 0, &dt);
-    if (st != MR_OK || (st = layernorm_all_float(a, dt)) != MR_OK) return st;
+    if (st != MR_OK || (st = mr_op_check_all_float(a, dt)) != MR_OK) return st;
     int64_t rows, cols;
     if ((st = ln_dims(a, &a->in[0], &rows, &cols)) != MR_OK) return st;
     mr_shape sd = mr_shape_1d(cols), sr = ln_row_shape(&a->in[0]);
@@ -63,7 +51,7 @@ mr_status mr_layernorm_bwd_check(const mr_op_args *a) {
     if (!a->out[0].data) return mr_op_error(a, "dx (out[0]) is required");
     mr_dtype dt;
     mr_status st = mr_op_check_float(a, 0, &dt);
-    if (st != MR_OK || (st = layernorm_all_float(a, dt)) != MR_OK) return st;
+    if (st != MR_OK || (st = mr_op_check_all_float(a, dt)) != MR_OK) return st;
     int64_t rows, cols;
     if ((st = ln_dims(a, &a->in[0], &rows, &cols)) != MR_OK) return st;
     mr_shape sd = mr_shape_1d(cols), sr = ln_row_shape(&a->in[0]);

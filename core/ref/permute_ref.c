@@ -3,23 +3,11 @@
  * permutation, so there is no PERMUTE_BWD. */
 #include "core/ops_impl.h"
 
-/* mr_op_check_float skips integer views; every view of these ops must be float of one type. */
-static mr_status permute_all_float(const mr_op_args *a, mr_dtype dt) {
-    for (int k = 0; k < 2; k++)
-        for (int i = 0; i < (k ? a->n_out : a->n_in); i++) {
-            const mr_view *v = k ? &a->out[i] : &a->in[i];
-            if (v->data && v->dtype != dt)
-                return mr_op_error(a, "%s[%d] has dtype %s; expected %s like the other operands", k ? "out" : "in", i,
-                                   mr_dtype_name(v->dtype), mr_dtype_name(dt));
-        }
-    return MR_OK;
-}
-
 mr_status mr_permute_fwd_check(const mr_op_args *a) {
     if (!a->in[0].data || !a->out[0].data) return mr_op_error(a, "x and y are required");
     mr_dtype dt;
     mr_status st = mr_op_check_float(a, 0, &dt);
-    if (st != MR_OK || (st = permute_all_float(a, dt)) != MR_OK) return st;
+    if (st != MR_OK || (st = mr_op_check_all_float(a, dt)) != MR_OK) return st;
     const mr_shape *xs = &a->in[0].shape;
     const int *perm = a->p.permute.perm;
     char b1[128];

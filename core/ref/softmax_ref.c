@@ -68,40 +68,46 @@ mr_status mr_softmax_bwd_ref(const mr_op_args *a) {
 
 /* ---- softmax cross-entropy ------------------------------------------------------------------- */
 
-mr_status mr_xent_fwd_check(const mr_op_args *a) {
-    const mr_view *lg = &a->in[0], *lb = &a->in[1];
+/* The checks both xent ops share: float operands; in[0] (named `what`: logits or probs) is (N,C)
+ * with C >= 1; labels in[1] are i32 of shape (N), returned in *n. */
+static mr_status xent_check_rows(const mr_op_args *a, const char *what, mr_shape *n) {
+    const mr_view *m = &a->in[0], *lb = &a->in[1];
     char b1[128];
-    if (!lg->data || !lb->data || !a->out[0].data || !a->out[1].data)
-        return mr_op_error(a, "logits, labels, loss and probs are required");
     mr_status st = mr_op_check_float(a, 0, NULL);
     if (st != MR_OK) return st;
-    if (lg->shape.ndim != 2) return mr_op_error(a, "logits %s must be (N,C)", mr_shape_str(&lg->shape, b1, sizeof b1));
-    if (lg->shape.dim[1] < 1) return mr_op_error(a, "logits %s have no classes", mr_shape_str(&lg->shape, b1, sizeof b1));
+    if (m->shape.ndim != 2) return mr_op_error(a, "%s %s must be (N,C)", what, mr_shape_str(&m->shape, b1, sizeof b1));
+    if (m->shape.dim[1] < 1)
+        return mr_op_error(a, "%s %s have no classes", what, mr_shape_str(&m->shape, b1, sizeof b1));
     if (lb->dtype != MR_I32) return mr_op_error(a, "labels have dtype %s; expected i32", mr_dtype_name(lb->dtype));
-    mr_shape n = mr_shape_1d(lg->shape.dim[0]);
-    if ((st = mr_op_check_shape(a, lb, "labels (in[1])", &n)) != MR_OK) return st;
+    *n = mr_shape_1d(m->shape.dim[0]);
+    return mr_op_check_shape(a, lb, "labels (in[1])", n);
+}
+
+mr_status mr_xent_fwd_check(const mr_op_args *a) {
+    const mr_view *lg = &a->in[0];
+    if (!lg->data || !a->in[1].data || !a->out[0].data || !a->out[1].data)
+        return mr_op_error(a, "logits, labels, loss and probs are required");
+    mr_shape n;
+    mr_status st = xent_check_rows(a, "logits", &n);
+    if (st != MR_OK) return st;
     if ((st = mr_op_check_shape(a, &a->out[0], "loss (out[0])", &n)) != MR_OK) return st;
     return mr_op_check_shape(a, &a->out[1], "probs (out[1])", &lg->shape);
 }
 
 mr_status mr_xent_bwd_check(const mr_op_args *a) {
-    const mr_view *pr = &a->in[0], *lb = &a->in[1];
-    char b1[128];
-    if (!pr->data || !lb->data || !a->in[2].data || !a->out[0].data)
+    const mr_view *pr = &a->in[0];
+    if (!pr->data || !a->in[1].data || !a->in[2].data || !a->out[0].data)
         return mr_op_error(a, "probs, labels, dloss and dlogits are required");
-    mr_status st = mr_op_check_float(a, 0, NULL);
+    mr_shape n;
+    mr_status st = xent_check_rows(a, "probs", &n);
     if (st != MR_OK) return st;
-    if (pr->shape.ndim != 2) return mr_op_error(a, "probs %s must be (N,C)", mr_shape_str(&pr->shape, b1, sizeof b1));
-    if (pr->shape.dim[1] < 1) return mr_op_error(a, "probs %s have no classes", mr_shape_str(&pr->shape, b1, sizeof b1));
-    if (lb->dtype != MR_I32) return mr_op_error(a, "labels have dtype %s; expected i32", mr_dtype_name(lb->dtype));
-    mr_shape n = mr_shape_1d(pr->shape.dim[0]);
-    if ((st = mr_op_check_shape(a, lb, "labels (in[1])", &n)) != MR_OK) return st;
     if ((st = mr_op_check_shape(a, &a->in[2], "dloss (in[2])", &n)) != MR_OK) return st;
     return mr_op_check_shape(a, &a->out[0], "dlogits (out[0])", &pr->shape);
 }
 
-/* Rejects a label outside [0, C) that is not ignore_index (the CPU kernels do the same). */
-static mr_status check_labels(const mr_op_args *a, const int32_t *labels, int64_t n, int64_t c) {
+/* Rejects a label outside [0, C) that is not ignore_index, before any output is written (the CPU
+ * kernels use it too; see ops_impl.h). */
+mr_status mr_xent_check_labels(const mr_op_args *a, const int32_t *labels, int64_t n, int64_t c) {
     int64_t ign = a->p.xent.ignore_index;
     for (int64_t i = 0; i < n; i++)
         if (labels[i] != ign && (labels[i] < 0 || labels[i] >= c))
@@ -115,7 +121,7 @@ mr_status mr_xent_fwd_ref(const mr_op_args *a) {
     if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64, got %s", mr_dtype_name(a->in[0].dtype));
     int64_t n = a->in[0].shape.dim[0], c = a->in[0].shape.dim[1];
     const int32_t *lab = a->in[1].data;
-    mr_status st = check_labels(a, lab, n, c);
+    mr_status st = mr_xent_check_labels(a, lab, n, c);
     if (st != MR_OK) return st;
     for (int64_t i = 0; i < n; i++) {
         const double *x = (const double *)a->in[0].data + i * c;
@@ -135,7 +141,7 @@ mr_status mr_xent_bwd_ref(const mr_op_args *a) {
     if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64, got %s", mr_dtype_name(a->in[0].dtype));
     int64_t n = a->in[0].shape.dim[0], c = a->in[0].shape.dim[1];
     const int32_t *lab = a->in[1].data;
-    mr_status st = check_labels(a, lab, n, c);
+    mr_status st = mr_xent_check_labels(a, lab, n, c);
     if (st != MR_OK) return st;
     for (int64_t i = 0; i < n; i++) {
         const double *p = (const double *)a->in[0].data + i * c;

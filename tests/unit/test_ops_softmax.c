@@ -8,97 +8,18 @@
 
 #include "harness.h"
 
-static double g_max_abs, g_max_rel;
-
-/* Tracks the largest error seen, for the summary the tests print. */
-static void track(const void *x, mr_dtype dt, const double *ref, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        double v = dt == MR_F64 ? ((const double *)x)[i] : ((const float *)x)[i], e = fabs(v - ref[i]);
-        if (!isfinite(e)) continue;
-        if (e > g_max_abs) g_max_abs = e;
-        if (fabs(ref[i]) > 1e-3 && e / fabs(ref[i]) > g_max_rel) g_max_rel = e / fabs(ref[i]);
-    }
-}
-
-/* Runs `a64` (f64 inputs filled, f64 outputs allocated) three ways: the reference, the CPU in f32
- * on the same inputs rounded to f32, and the CPU in f64; compares f32 within the tolerances and
- * f64 exactly. */
-static void check_cpu_vs_ref(const mr_op_args *src, double atol, double rtol, double nmse, const char *what) {
-    mr_op_args a64 = *src, a32 = *src, c64 = *src;
-    for (int i = 0; i < src->n_in; i++) {
-        const mr_view *v = &src->in[i];
-        if (!v->data || v->dtype != MR_F64) continue;
-        int64_t n = mr_shape_numel(&v->shape);
-        a32.in[i] = th_view(MR_F32, v->shape);
-        th_f64_to_f32(v->data, a32.in[i].data, n);
-        th_f32_to_f64(a32.in[i].data, v->data, n); /* both see the same rounded inputs */
-    }
-    for (int i = 0; i < src->n_out; i++) {
-        if (!src->out[i].data) continue;
-        a32.out[i] = th_view(MR_F32, src->out[i].shape);
-        c64.out[i] = th_view(MR_F64, src->out[i].shape);
-    }
-    MR_ASSERT_OK(mr_op_run_ref(&a64));
-    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &a32));
-    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &c64));
-    for (int i = 0; i < src->n_out; i++) {
-        if (!src->out[i].data) continue;
-        int64_t n = mr_shape_numel(&src->out[i].shape);
-        char buf[200];
-        snprintf(buf, sizeof buf, "%s out[%d] f32", what, i);
-        track(a32.out[i].data, MR_F32, a64.out[i].data, n);
-        assert_true(th_compare(buf, a32.out[i].data, MR_F32, a64.out[i].data, n, atol, rtol, nmse));
-        snprintf(buf, sizeof buf, "%s out[%d] f64", what, i);
-        assert_true(th_compare(buf, c64.out[i].data, MR_F64, a64.out[i].data, n, 0, 0, 0));
-    }
-}
-
-static mr_view filled(mr_shape s, double lo, double hi, uint64_t seed) {
-    mr_view v = th_view(MR_F64, s);
-    th_fill_uniform_f64(v.data, mr_shape_numel(&s), lo, hi, seed);
-    return v;
-}
-
-/* loss = sum(out[0] * r) of the reference forward, for finite differences. */
-typedef struct {
-    mr_op_args fwd;
-    const double *r;
-} loss_ctx;
-
-static double loss_fn(void *ctx) {
-    loss_ctx *c = ctx;
-    MR_ASSERT_OK(mr_op_run_ref(&c->fwd));
-    const double *y = c->fwd.out[0].data;
-    double s = 0.0;
-    for (int64_t i = 0; i < mr_shape_numel(&c->fwd.out[0].shape); i++) s += y[i] * c->r[i];
-    return s;
-}
-
-/* Compares the analytic gradient `g` of fwd.in[k] with central differences. */
-static void grad_vs_numeric(loss_ctx *c, int k, const double *g, const char *what) {
-    int64_t n = mr_shape_numel(&c->fwd.in[k].shape);
-    double *num = th_alloc(sizeof(double) * (size_t)(n ? n : 1));
-    th_numeric_grad(c->fwd.in[k].data, n, TOL_GRAD_H, loss_fn, c, num);
-    assert_true(th_compare(what, g, MR_F64, num, n, TOL_GRAD_ATOL, TOL_GRAD_RTOL, 1e-8));
-}
-
-static mr_shape shp(int nd, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
-    int64_t d[4] = {d0, d1, d2, d3};
-    return mr_shape_make(nd, d);
-}
-
 static const mr_shape *sm_shapes(size_t *n) {
     static mr_shape s[9];
     size_t k = 0;
-    s[k++] = shp(2, 1, 1, 0, 0);
-    s[k++] = shp(2, 7, 13, 0, 0);
-    s[k++] = shp(3, 3, 4, 5, 0);
-    s[k++] = shp(1, 9, 0, 0, 0);
-    s[k++] = shp(0, 0, 0, 0, 0);
-    s[k++] = shp(2, 0, 5, 0, 0);
-    s[k++] = shp(2, 5, 0, 0, 0);
-    s[k++] = shp(2, 64, 1000, 0, 0); /* threaded */
-    s[k++] = shp(2, 3, 4096, 0, 0);  /* wide rows */
+    s[k++] = th_shp(2, 1, 1, 0, 0);
+    s[k++] = th_shp(2, 7, 13, 0, 0);
+    s[k++] = th_shp(3, 3, 4, 5, 0);
+    s[k++] = th_shp(1, 9, 0, 0, 0);
+    s[k++] = th_shp(0, 0, 0, 0, 0);
+    s[k++] = th_shp(2, 0, 5, 0, 0);
+    s[k++] = th_shp(2, 5, 0, 0, 0);
+    s[k++] = th_shp(2, 64, 1000, 0, 0); /* threaded */
+    s[k++] = th_shp(2, 3, 4096, 0, 0);  /* wide rows */
     *n = k;
     return s;
 }
@@ -111,11 +32,11 @@ static void test_softmax_fwd(void **state) {
         for (size_t i = 0; i < ns; i++) {
             mr_op_args a;
             mr_op_args_init(&a, op);
-            a.in[0] = filled(s[i], -8, 8, 10 + i);
+            a.in[0] = th_rand_view(MR_F64, s[i], -8, 8, 10 + i);
             a.out[0] = th_view(MR_F64, s[i]);
             char what[64];
             snprintf(what, sizeof what, "%s shape %zu", mr_op_get(op)->name, i);
-            check_cpu_vs_ref(&a, TOL_F32_REDUCE_ATOL, TOL_F32_REDUCE_RTOL, TOL_F32_REDUCE_NMSE, what);
+            th_check_cpu_vs_ref(what, &a, TOL_F32_REDUCE_ATOL, TOL_F32_REDUCE_RTOL, TOL_F32_REDUCE_NMSE);
             th_free_all();
         }
         /* huge logits: subtracting the row max keeps everything finite */
@@ -125,7 +46,7 @@ static void test_softmax_fwd(void **state) {
         a.in[0] = th_view(MR_F64, mr_shape_2d(2, 4));
         memcpy(a.in[0].data, x, sizeof x);
         a.out[0] = th_view(MR_F64, mr_shape_2d(2, 4));
-        check_cpu_vs_ref(&a, TOL_F32_REDUCE_ATOL, TOL_F32_REDUCE_RTOL, TOL_F32_REDUCE_NMSE, "huge logits");
+        th_check_cpu_vs_ref("huge logits", &a, TOL_F32_REDUCE_ATOL, TOL_F32_REDUCE_RTOL, TOL_F32_REDUCE_NMSE);
         MR_ASSERT_OK(mr_op_run_ref(&a));
         const double *y = a.out[0].data;
         if (op == MR_OP_SOFTMAX) {
@@ -136,56 +57,55 @@ static void test_softmax_fwd(void **state) {
         }
         th_free_all();
     }
-    print_message("softmax fwd: max f32 abs err %.3g, rel err %.3g\n", g_max_abs, g_max_rel);
+    print_message("softmax fwd: max f32 abs err %.3g, rel err %.3g\n", th_max_abs_err, th_max_rel_err);
 }
 
 static void test_softmax_bwd(void **state) {
     (void)state;
     size_t ns;
     const mr_shape *s = sm_shapes(&ns);
-    g_max_abs = g_max_rel = 0;
+    th_max_abs_err = th_max_rel_err = 0;
     for (mr_op_id op = MR_OP_SOFTMAX_BWD; op <= MR_OP_LOG_SOFTMAX_BWD; op++) {
         for (size_t i = 0; i < ns; i++) {
             mr_op_args f, a;
             mr_op_args_init(&f, mr_op_get(op)->fwd);
-            f.in[0] = filled(s[i], -4, 4, 20 + i);
+            f.in[0] = th_rand_view(MR_F64, s[i], -4, 4, 20 + i);
             f.out[0] = th_view(MR_F64, s[i]);
             MR_ASSERT_OK(mr_op_run_ref(&f));
             mr_op_args_init(&a, op);
             a.in[0] = f.out[0];
-            a.in[1] = filled(s[i], -1, 1, 30 + i);
+            a.in[1] = th_rand_view(MR_F64, s[i], -1, 1, 30 + i);
             a.out[0] = th_view(MR_F64, s[i]);
             char what[64];
             snprintf(what, sizeof what, "%s shape %zu", mr_op_get(op)->name, i);
-            check_cpu_vs_ref(&a, TOL_F32_REDUCE_ATOL, TOL_F32_REDUCE_RTOL, TOL_F32_REDUCE_NMSE, what);
+            th_check_cpu_vs_ref(what, &a, TOL_F32_REDUCE_ATOL, TOL_F32_REDUCE_RTOL, TOL_F32_REDUCE_NMSE);
             th_free_all();
         }
     }
-    print_message("softmax bwd: max f32 abs err %.3g, rel err %.3g\n", g_max_abs, g_max_rel);
+    print_message("softmax bwd: max f32 abs err %.3g, rel err %.3g\n", th_max_abs_err, th_max_rel_err);
 }
 
 static void test_softmax_grad(void **state) {
     (void)state;
-    const mr_shape s[] = {shp(2, 3, 7, 0, 0), shp(1, 5, 0, 0, 0), shp(2, 2, 1, 0, 0)};
+    const mr_shape s[] = {th_shp(2, 3, 7, 0, 0), th_shp(1, 5, 0, 0, 0), th_shp(2, 2, 1, 0, 0)};
     for (mr_op_id op = MR_OP_SOFTMAX; op <= MR_OP_LOG_SOFTMAX; op++) {
         for (size_t i = 0; i < sizeof s / sizeof *s; i++) {
-            loss_ctx ctx;
-            mr_op_args_init(&ctx.fwd, op);
-            ctx.fwd.in[0] = filled(s[i], -3, 3, 40 + i);
-            ctx.fwd.out[0] = th_view(MR_F64, s[i]);
-            mr_view r = filled(s[i], -1, 1, 50 + i);
-            ctx.r = r.data;
-            MR_ASSERT_OK(mr_op_run_ref(&ctx.fwd));
+            mr_op_args fwd;
+            mr_op_args_init(&fwd, op);
+            fwd.in[0] = th_rand_view(MR_F64, s[i], -3, 3, 40 + i);
+            fwd.out[0] = th_view(MR_F64, s[i]);
+            mr_view r = th_rand_view(MR_F64, s[i], -1, 1, 50 + i);
+            MR_ASSERT_OK(mr_op_run_ref(&fwd));
             mr_op_args b;
             mr_op_args_init(&b, op + (MR_OP_SOFTMAX_BWD - MR_OP_SOFTMAX));
             b.in[0] = th_view(MR_F64, s[i]); /* a copy: finite differences rewrite the output */
-            memcpy(b.in[0].data, ctx.fwd.out[0].data, sizeof(double) * (size_t)mr_shape_numel(&s[i]));
+            memcpy(b.in[0].data, fwd.out[0].data, sizeof(double) * (size_t)mr_shape_numel(&s[i]));
             b.in[1] = r;
             b.out[0] = th_view(MR_F64, s[i]);
             MR_ASSERT_OK(mr_op_run_ref(&b));
             char what[64];
             snprintf(what, sizeof what, "%s grad shape %zu", mr_op_get(op)->name, i);
-            grad_vs_numeric(&ctx, 0, b.out[0].data, what);
+            th_check_grad(what, &fwd, 0, r.data, b.out[0].data, TOL_GRAD_NMSE);
             th_free_all();
         }
     }
@@ -207,19 +127,19 @@ static mr_view labels(int64_t n, int64_t c, uint64_t seed) {
 static void test_xent(void **state) {
     (void)state;
     const int64_t nc[][2] = {{1, 1}, {7, 13}, {5, 2}, {0, 4}, {64, 1000}, {4, 5000}};
-    g_max_abs = g_max_rel = 0;
+    th_max_abs_err = th_max_rel_err = 0;
     for (size_t i = 0; i < sizeof nc / sizeof *nc; i++) {
         int64_t n = nc[i][0], c = nc[i][1];
         mr_op_args f;
         mr_op_args_init(&f, MR_OP_SOFTMAX_XENT);
         f.p.xent.ignore_index = IGNORE;
-        f.in[0] = filled(mr_shape_2d(n, c), -6, 6, 60 + i);
+        f.in[0] = th_rand_view(MR_F64, mr_shape_2d(n, c), -6, 6, 60 + i);
         f.in[1] = labels(n, c, 70 + i);
         f.out[0] = th_view(MR_F64, mr_shape_1d(n));
         f.out[1] = th_view(MR_F64, mr_shape_2d(n, c));
         char what[64];
         snprintf(what, sizeof what, "softmax_xent %lldx%lld", (long long)n, (long long)c);
-        check_cpu_vs_ref(&f, TOL_F32_REDUCE_ATOL, TOL_F32_REDUCE_RTOL, TOL_F32_REDUCE_NMSE, what);
+        th_check_cpu_vs_ref(what, &f, TOL_F32_REDUCE_ATOL, TOL_F32_REDUCE_RTOL, TOL_F32_REDUCE_NMSE);
         MR_ASSERT_OK(mr_op_run_ref(&f));
         const int32_t *l = f.in[1].data;
         for (int64_t r = 0; r < n; r++) {
@@ -231,10 +151,10 @@ static void test_xent(void **state) {
         b.p.xent.ignore_index = IGNORE;
         b.in[0] = f.out[1];
         b.in[1] = f.in[1];
-        b.in[2] = filled(mr_shape_1d(n), -1, 1, 80 + i);
+        b.in[2] = th_rand_view(MR_F64, mr_shape_1d(n), -1, 1, 80 + i);
         b.out[0] = th_view(MR_F64, mr_shape_2d(n, c));
         snprintf(what, sizeof what, "softmax_xent_bwd %lldx%lld", (long long)n, (long long)c);
-        check_cpu_vs_ref(&b, TOL_F32_ATOL, TOL_F32_RTOL, TOL_F32_NMSE, what);
+        th_check_cpu_vs_ref(what, &b, TOL_F32_ATOL, TOL_F32_RTOL, TOL_F32_NMSE);
         MR_ASSERT_OK(mr_op_run_ref(&b));
         for (int64_t r = 0; r < n; r++)
             if (l[r] == IGNORE)
@@ -253,34 +173,33 @@ static void test_xent(void **state) {
     ((int32_t *)f.in[1].data)[1] = 2;
     f.out[0] = th_view(MR_F64, mr_shape_1d(2));
     f.out[1] = th_view(MR_F64, mr_shape_2d(2, 3));
-    check_cpu_vs_ref(&f, TOL_F32_REDUCE_ATOL, TOL_F32_REDUCE_RTOL, TOL_F32_REDUCE_NMSE, "xent huge logits");
+    th_check_cpu_vs_ref("xent huge logits", &f, TOL_F32_REDUCE_ATOL, TOL_F32_REDUCE_RTOL, TOL_F32_REDUCE_NMSE);
     th_free_all();
-    print_message("softmax_xent: max f32 abs err %.3g, rel err %.3g\n", g_max_abs, g_max_rel);
+    print_message("softmax_xent: max f32 abs err %.3g, rel err %.3g\n", th_max_abs_err, th_max_rel_err);
 }
 
 static void test_xent_grad(void **state) {
     (void)state;
     const int64_t n = 6, c = 5;
-    loss_ctx ctx;
-    mr_op_args_init(&ctx.fwd, MR_OP_SOFTMAX_XENT);
-    ctx.fwd.p.xent.ignore_index = IGNORE;
-    ctx.fwd.in[0] = filled(mr_shape_2d(n, c), -3, 3, 90);
-    ctx.fwd.in[1] = labels(n, c, 91);
-    ctx.fwd.out[0] = th_view(MR_F64, mr_shape_1d(n));
-    ctx.fwd.out[1] = th_view(MR_F64, mr_shape_2d(n, c));
-    mr_view r = filled(mr_shape_1d(n), -1, 1, 92);
-    ctx.r = r.data;
-    MR_ASSERT_OK(mr_op_run_ref(&ctx.fwd));
+    mr_op_args fwd;
+    mr_op_args_init(&fwd, MR_OP_SOFTMAX_XENT);
+    fwd.p.xent.ignore_index = IGNORE;
+    fwd.in[0] = th_rand_view(MR_F64, mr_shape_2d(n, c), -3, 3, 90);
+    fwd.in[1] = labels(n, c, 91);
+    fwd.out[0] = th_view(MR_F64, mr_shape_1d(n));
+    fwd.out[1] = th_view(MR_F64, mr_shape_2d(n, c));
+    mr_view r = th_rand_view(MR_F64, mr_shape_1d(n), -1, 1, 92);
+    MR_ASSERT_OK(mr_op_run_ref(&fwd));
     mr_op_args b;
     mr_op_args_init(&b, MR_OP_SOFTMAX_XENT_BWD);
     b.p.xent.ignore_index = IGNORE;
     b.in[0] = th_view(MR_F64, mr_shape_2d(n, c)); /* a copy: finite differences rewrite probs */
-    memcpy(b.in[0].data, ctx.fwd.out[1].data, sizeof(double) * (size_t)(n * c));
-    b.in[1] = ctx.fwd.in[1];
+    memcpy(b.in[0].data, fwd.out[1].data, sizeof(double) * (size_t)(n * c));
+    b.in[1] = fwd.in[1];
     b.in[2] = r;
     b.out[0] = th_view(MR_F64, mr_shape_2d(n, c));
     MR_ASSERT_OK(mr_op_run_ref(&b));
-    grad_vs_numeric(&ctx, 0, b.out[0].data, "softmax_xent grad");
+    th_check_grad("softmax_xent grad", &fwd, 0, r.data, b.out[0].data, TOL_GRAD_NMSE);
     th_free_all();
 }
 
