@@ -163,9 +163,36 @@ static void test_gemm_errors(void **state) {
     th_free_all();
 }
 
+/* Every provider gives the same bits on 1 and 2 threads: mirror's kernel splits C, never K,
+ * across threads; OpenBLAS (whose own threading does not keep the bits) runs single-threaded on
+ * fixed blocks of C; the built-in kernel splits rows. Run with MIRROR_GEMM=openblas|builtin to
+ * check the others. */
+static void test_gemm_thread_invariant(void **state) {
+    (void)state;
+    const int64_t shapes[][3] = {{256, 1024, 784}, {1000, 30, 500}, {37, 2000, 65}};
+    for (int s = 0; s < 3; s++) {
+        for (int tb = 0; tb < 2; tb++) {
+            mr_op_args a;
+            mr_op_args_init(&a, MR_OP_GEMM);
+            a.p.gemm = (mr_gemm_params){0, tb, 1.0, 0.0};
+            int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+            a.in[0] = th_view(MR_F32, mr_shape_2d(m, k));
+            a.in[1] = th_view(MR_F32, tb ? mr_shape_2d(n, k) : mr_shape_2d(k, n));
+            a.out[0] = th_view(MR_F32, mr_shape_2d(m, n));
+            th_fill_uniform_f32(a.in[0].data, m * k, -1, 1, 21);
+            th_fill_uniform_f32(a.in[1].data, n * k, -1, 1, 22);
+            th_check_thread_invariant(&a);
+        }
+    }
+    th_free_all();
+}
+
 static void test_gemm_provider(void **state) {
     (void)state;
+    int threads = mr_cpu_threads();
     const char *p = mr_cpu_gemm_provider();
+    /* loading a provider must not change the process's OpenMP team size */
+    assert_int_equal(mr_cpu_threads(), threads);
     assert_non_null(p);
     fprintf(stderr, "gemm provider: %s; cpu features: %s\n", p, mr_cpu_features());
     const mr_cpu_caps *k = mr_cpu_caps_get();
@@ -178,6 +205,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_provider), cmocka_unit_test(test_gemm_shapes), cmocka_unit_test(test_gemm_builtin),
         cmocka_unit_test(test_gemm_grad),     cmocka_unit_test(test_gemm_errors),
+        cmocka_unit_test(test_gemm_thread_invariant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
