@@ -240,8 +240,9 @@ int main(int argc, char **argv) {
     double gb = bench_gemm(1024, 1024, 1024, 0, 1, 3);
     printf("| 1024^3 built-in fallback kernel | %.1f | %.0f%% | | |\n\n", gb, 100.0 * gb / peak);
 
-    /* Elementwise and row-wise ops on 16M f32 elements (rows of 1024 for the row ops). */
-    int64_t n = quick ? (int64_t)1 << 22 : (int64_t)1 << 24, cols = 1024, rows = n / cols;
+    /* Elementwise and row-wise ops on 64M f32 elements (256 MiB per operand: more than the last
+     * level cache, like the bandwidth loops; rows of 1024 for the row ops). */
+    int64_t n = quick ? (int64_t)1 << 22 : (int64_t)1 << 26, cols = 1024, rows = n / cols;
     float *x = rand_buf(n, 4), *y = rand_buf(n, 5), *z = rand_buf(n, 6), *w = rand_buf(n, 7);
     float *gm = rand_buf(cols, 8), *bt = rand_buf(cols, 9), *mu = rand_buf(rows, 10), *rs = rand_buf(rows, 11);
     mr_shape s1 = mr_shape_1d(n), s2 = mr_shape_2d(rows, cols);

@@ -5,12 +5,13 @@
  *    of a packed B panel and broadcasts 14 values of a packed A panel (28 FMAs per 2 loads + 14
  *    broadcasts, which the two FMA ports sustain).
  *  - blocking: KC = 256 (a 32-column B micro-panel, 32 KiB, stays in L1 across the row loop),
- *    MC = 168 rows of packed A (168 KiB, in L2), NC = up to 2048 columns of packed B per thread.
+ *    MC = 168 rows of packed A (168 KiB, in L2), NC = 512 columns of packed B (512 KiB, in L2;
+ *    2048 thrashed the 2 MiB L2 at 4096^3: 262 -> 297 GFLOP/s on 2 threads).
  *  - threads split the columns of C (in 32-column units; rows when n is small), so every element
  *    of C is computed by one thread in one fixed k order: results do not depend on the thread
  *    count. Inside an enclosing OpenMP parallel region it runs on the calling thread alone.
- *  - packing buffers are allocated once per thread slot and reused: steady-state calls do not
- *    allocate.
+ *  - packing buffers come from a process-wide pool (one set per concurrent caller thread), so
+ *    steady-state calls do not allocate.
  * Used only where mr_cpu_caps_get() reports AVX-512F (gemm_cpu.c selects it). */
 #include "core/cpu/cpu_impl.h"
 
@@ -22,7 +23,7 @@
 #include <omp.h>
 #endif
 
-enum { MR = 14, NR = 32, KC = 256, MC = 168, NC = 2048 };
+enum { MR = 14, NR = 32, KC = 256, MC = 168, NC = 512 };
 
 /* Packing buffers come from a process-wide pool: a call takes one set per thread and gives it
  * back, so concurrent callers (OpenMP teams, replica threads, loader threads) never share one,
