@@ -8,6 +8,15 @@
 
 #include "core/math/philox_math.h"
 
+int th_quick(void) {
+#if defined(__SANITIZE_ADDRESS__)
+    return 1;
+#else
+    const char *e = getenv("MIRROR_TEST_QUICK");
+    return e && *e && strcmp(e, "0") != 0;
+#endif
+}
+
 void th_fill_uniform_f64(double *x, int64_t n, double lo, double hi, uint64_t seed) {
     for (int64_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * (double)mr_u32_to_unit_f32(mr_philox_u32(seed, 0, (uint64_t)i));
 }

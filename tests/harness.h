@@ -21,6 +21,10 @@
         if (st_ != MR_OK) fail_msg("%s -> %s: %s", #expr, mr_status_name(st_), mr_last_error()); \
     } while (0)
 
+/* Non-zero when exhaustive loops should sample instead (sanitizer builds, which run ~10x slower,
+ * and MIRROR_TEST_QUICK=1, which tests/valgrind.sh sets): tests then check a documented subset. */
+int th_quick(void);
+
 /* Deterministic uniform values in [lo, hi) from Philox (seed, stream position). */
 void th_fill_uniform_f64(double *x, int64_t n, double lo, double hi, uint64_t seed);
 void th_fill_uniform_f32(float *x, int64_t n, float lo, float hi, uint64_t seed);

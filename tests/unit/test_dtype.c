@@ -219,11 +219,7 @@ static void test_narrow_ties_and_subnormals(void **state) {
 /* 10 million random f32 bit patterns (Philox), both conversions. */
 static void test_narrow_random(void **state) {
     (void)state;
-#if defined(__SANITIZE_ADDRESS__)
-    const int64_t n = 2000000;
-#else
-    const int64_t n = 10000000;
-#endif
+    const int64_t n = th_quick() ? 2000000 : 10000000;
     for (int64_t i = 0; i < n; i++) {
         float x = bits_f32(mr_philox_u32(0xd7e5, 0, (uint64_t)i));
         check_one(k_f16, x);
