@@ -1,0 +1,144 @@
+/* Static computation graphs over the op set, reverse-mode gradients, planned memory, execution
+ * (DESIGN.md "Graph"; the ggml lesson: building computes nothing).
+ *
+ * A graph holds values (the symbolic tensors: a dtype and a shape each) and nodes (one op of the
+ * op table, its input values, its params, its output values). Builder calls infer the output
+ * shapes and validate them with the op's own check, so a mismatch fails at build time with the
+ * op and the shapes named. Build errors are sticky: the first one is kept (mr_graph_status,
+ * mr_graph_error), later builder calls return MR_VAL_NONE and do nothing, so a model can be
+ * built straight through and checked once at the end.
+ *
+ * mr_graph_grad appends the backward nodes for d(loss)/d(params). mr_plan_new then compiles the
+ * graph for a backend: it orders the nodes, assigns every intermediate value an offset in one
+ * arena by liveness (values whose lifetimes do not overlap share bytes), pre-builds every
+ * kernel's arguments, and reports the planned peak. mr_plan_run runs it as often as wanted with
+ * no allocation. Inputs and parameters live in caller memory bound with mr_plan_bind.
+ *
+ * Thread safety: a graph or plan is used by one thread at a time; distinct ones are independent. */
+#ifndef MR_GRAPH_H
+#define MR_GRAPH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "core/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mr_graph mr_graph;
+typedef struct mr_plan mr_plan;
+
+/* A value of a graph: id 0 is "none". */
+typedef struct mr_val {
+    int32_t id;
+} mr_val;
+#define MR_VAL_NONE ((mr_val){0})
+
+typedef enum mr_val_kind {
+    MR_VAL_INPUT = 0, /* fed per run (bound with mr_plan_bind); not differentiated */
+    MR_VAL_PARAM = 1, /* trainable: bound storage; mr_graph_grad differentiates with respect to it */
+    MR_VAL_CONST = 2, /* data owned by the graph, copied in at build time */
+    MR_VAL_NODE = 3,  /* an output of a node */
+    MR_VAL_VIEW = 4   /* a reshape of another value: same bytes */
+} mr_val_kind;
+
+mr_status mr_graph_new(mr_graph **out) MR_WUR;
+void mr_graph_free(mr_graph *g); /* NULL is a no-op */
+
+/* MR_OK, or the first build error; mr_graph_error gives its message ("" when none). */
+mr_status mr_graph_status(const mr_graph *g);
+const char *mr_graph_error(const mr_graph *g);
+
+/* ---- leaves ---- */
+mr_val mr_graph_input(mr_graph *g, const char *name, mr_dtype dt, mr_shape shape);
+mr_val mr_graph_param(mr_graph *g, const char *name, mr_dtype dt, mr_shape shape);
+/* A constant of `shape` whose every element is v (stored in dtype dt). */
+mr_val mr_graph_fill(mr_graph *g, mr_dtype dt, mr_shape shape, double v);
+/* A constant holding a copy of `data` (numel * dtype size bytes). */
+mr_val mr_graph_const(mr_graph *g, mr_dtype dt, mr_shape shape, const void *data);
+
+/* ---- introspection ---- */
+int32_t mr_graph_num_values(const mr_graph *g);
+int32_t mr_graph_num_nodes(const mr_graph *g);
+mr_dtype mr_graph_dtype(const mr_graph *g, mr_val v);
+mr_shape mr_graph_shape(const mr_graph *g, mr_val v);
+mr_val_kind mr_graph_kind(const mr_graph *g, mr_val v);
+const char *mr_graph_name(const mr_graph *g, mr_val v); /* "" for unnamed values */
+/* The value named `name` (an input or param), or MR_VAL_NONE. */
+mr_val mr_graph_find(const mr_graph *g, const char *name);
+/* Number of params, and the i-th one, in creation order. */
+int32_t mr_graph_num_params(const mr_graph *g);
+mr_val mr_graph_param_at(const mr_graph *g, int32_t i);
+
+/* ---- the generic node builder ----
+ * Appends one node running `op` on in[0..n_in) (MR_VAL_NONE for an optional input left out)
+ * with params p (NULL: zeroed, with the defaults of mr_op_args_init), producing n_out values of
+ * the given dtypes and shapes (an out_dtypes[i] < 0 leaves output i out). The op's check
+ * validates everything. outs may be NULL when n_out is 0. Returns MR_OK or the sticky error. */
+mr_status mr_graph_node(mr_graph *g, mr_op_id op, const mr_val *in, int n_in, const mr_op_params *p,
+                        const int *out_dtypes, const mr_shape *out_shapes, int n_out, mr_val *outs);
+
+/* ---- typed builders: shapes are inferred ---- */
+/* C = alpha * op(A) op(B); A (...,M,K) or transposed, B (K,N) or (...,K,N). */
+mr_val mr_graph_matmul(mr_graph *g, mr_val a, mr_val b, int trans_a, int trans_b, double alpha);
+mr_val mr_graph_add(mr_graph *g, mr_val a, mr_val b); /* numpy broadcasting */
+mr_val mr_graph_sub(mr_graph *g, mr_val a, mr_val b);
+mr_val mr_graph_mul(mr_graph *g, mr_val a, mr_val b);
+mr_val mr_graph_div(mr_graph *g, mr_val a, mr_val b);
+/* op is one of MR_OP_RELU .. MR_OP_SQRT */
+mr_val mr_graph_unary(mr_graph *g, mr_op_id op, mr_val x);
+mr_val mr_graph_scale(mr_graph *g, mr_val x, double alpha);
+/* Reductions keep the reduced dims as size 1; axes is a bitmask of dims. */
+mr_val mr_graph_sum(mr_graph *g, mr_val x, uint32_t axes);
+mr_val mr_graph_mean(mr_graph *g, mr_val x, uint32_t axes);
+mr_val mr_graph_max(mr_graph *g, mr_val x, uint32_t axes);
+mr_val mr_graph_softmax(mr_graph *g, mr_val x);     /* over the last axis */
+mr_val mr_graph_log_softmax(mr_graph *g, mr_val x);
+/* Per-row loss (N) of softmax cross-entropy; logits (N,C) float, labels (N) i32. */
+mr_val mr_graph_softmax_xent(mr_graph *g, mr_val logits, mr_val labels, int64_t ignore_index);
+/* y = layernorm(x) * gamma + beta over the last axis. */
+mr_val mr_graph_layernorm(mr_graph *g, mr_val x, mr_val gamma, mr_val beta, double eps);
+mr_val mr_graph_embedding(mr_graph *g, mr_val table, mr_val ids);
+/* bias may be MR_VAL_NONE. */
+mr_val mr_graph_conv2d(mr_graph *g, mr_val x, mr_val w, mr_val bias, int stride, int pad);
+mr_val mr_graph_maxpool2d(mr_graph *g, mr_val x, int kernel, int stride, int pad);
+/* Inverted dropout; seed and offset pick the mask (the trainer advances offset each step). */
+mr_val mr_graph_dropout(mr_graph *g, mr_val x, double p, uint64_t seed, uint64_t offset);
+mr_val mr_graph_permute(mr_graph *g, mr_val x, const int *perm);
+mr_val mr_graph_cast(mr_graph *g, mr_val x, mr_dtype dt);
+/* Same bytes, another shape of the same numel. */
+mr_val mr_graph_reshape(mr_graph *g, mr_val x, mr_shape shape);
+
+/* ---- gradients ----
+ * Appends the backward of the scalar (numel 1) float value `loss` with respect to each of
+ * params[0..n) (params or any float values), writing the gradient values to grads[0..n). A
+ * value used several times gets the sum of its gradients; integer values and values that do not
+ * reach the loss get no gradient (a param the loss does not depend on gets a zero constant).
+ * Errors: MR_ERR_INVALID (loss not a scalar float, an op without a gradient rule). */
+mr_status mr_graph_grad(mr_graph *g, mr_val loss, const mr_val *params, int n, mr_val *grads) MR_WUR;
+
+/* ---- plans ----
+ * Compiles the graph for a backend. `keep[0..n_keep)` are the values the caller will read after
+ * a run (the loss, the gradients): their bytes are never reused within a run. MR_ERR_INVALID if
+ * the graph has a build error. */
+mr_status mr_plan_new(const mr_graph *g, mr_device_kind kind, const mr_val *keep, int n_keep, mr_plan **out) MR_WUR;
+void mr_plan_free(mr_plan *p); /* NULL is a no-op */
+/* Points an input or param at caller memory of its dtype and shape (borrowed until rebound or the
+ * plan is freed). */
+mr_status mr_plan_bind(mr_plan *p, mr_val v, void *data) MR_WUR;
+/* Runs every node in order. MR_ERR_INVALID naming the value if an input or param is unbound. */
+mr_status mr_plan_run(mr_plan *p) MR_WUR;
+/* Where a kept value (or any input, param or const) lives after a run; NULL for others. */
+void *mr_plan_data(const mr_plan *p, mr_val v);
+/* Bytes of the arena (the planned peak of intermediate values) and what the same values would
+ * take without sharing. */
+size_t mr_plan_arena_bytes(const mr_plan *p);
+size_t mr_plan_unshared_bytes(const mr_plan *p);
+/* Number of kernels one run launches. */
+int32_t mr_plan_num_kernels(const mr_plan *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,49 @@
+/* Private to autodiff/: the graph's storage, shared by graph.c (building), grad.c (backward
+ * rules) and plan.c (planning and execution). */
+#ifndef MR_GRAPH_IMPL_H
+#define MR_GRAPH_IMPL_H
+
+#include "autodiff/graph.h"
+
+#define MR_NAME_MAX 96
+
+typedef struct mr_gval {
+    mr_val_kind kind;
+    mr_dtype dtype;
+    mr_shape shape;
+    int32_t node;    /* MR_VAL_NODE: producing node; else -1 */
+    int32_t slot;    /* MR_VAL_NODE: output index of that node */
+    int32_t base;    /* MR_VAL_VIEW: the value it reshapes */
+    void *cdata;     /* MR_VAL_CONST: owned bytes */
+    char name[MR_NAME_MAX];
+} mr_gval;
+
+typedef struct mr_gnode {
+    mr_op_id op;
+    int n_in, n_out;
+    int32_t in[MR_OP_MAX_IO];  /* value ids; 0 for an optional input left out */
+    int32_t out[MR_OP_MAX_IO]; /* value ids; 0 for an output left out */
+    mr_op_params p;
+} mr_gnode;
+
+struct mr_graph {
+    mr_gval *vals; /* vals[0] is the "none" value */
+    int32_t nvals, capvals;
+    mr_gnode *nodes;
+    int32_t nnodes, capnodes;
+    int32_t *params; /* value ids of params, in creation order */
+    int32_t nparams, capparams;
+    mr_status err;
+    char errmsg[512];
+};
+
+/* The value record for v (v must be valid). */
+static inline const mr_gval *mr_graph_val(const mr_graph *g, mr_val v) { return &g->vals[v.id]; }
+
+/* Records a build error (the first one wins) and returns it. */
+mr_status mr_graph_fail(mr_graph *g, mr_status st, const char *fmt, ...) MR_PRINTF(3, 4);
+
+/* Non-zero when v names an existing value of g. */
+int mr_graph_valid(const mr_graph *g, mr_val v);
+
+#endif

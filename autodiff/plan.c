@@ -1,0 +1,266 @@
+/* Planning and execution (see graph.h).
+ *
+ * Memory: node outputs and constants live in one arena allocated once per plan. Each value's
+ * lifetime runs from the node that defines it to the last node that reads it (or a view of it);
+ * kept values and constants live for the whole run. Values are placed in definition order at the
+ * lowest offset whose bytes are free for their whole lifetime (best fit among the gaps between
+ * live blocks), so values that are never alive together share bytes. A value never shares with
+ * an input of the node that defines it. One scratch region after the arena serves every node's
+ * workspace (nodes run one at a time).
+ *
+ * Execution: every kernel's mr_op_args is built at plan time; a run patches the pointers of
+ * bound inputs/params when a binding changed, then calls the kernels in order: no allocation, no
+ * checks, no shape arithmetic per step. */
+#include "autodiff/graph_impl.h"
+#include "core/backend_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { ALIGN = 64 };
+
+typedef enum { SRC_ARENA = 0, SRC_EXTERNAL = 1 } src_kind;
+
+typedef struct vinfo {
+    int32_t root;    /* the value owning the bytes (itself unless a view) */
+    src_kind src;    /* where the root lives */
+    size_t offset;   /* SRC_ARENA: offset in the arena */
+    size_t bytes;
+    int32_t def, last; /* lifetime in node indices (roots only) */
+    int placed;
+} vinfo;
+
+/* Where one view of one kernel's args points. */
+typedef struct patch {
+    int32_t node, is_out, slot, value;
+} patch;
+
+struct mr_plan {
+    mr_device_kind kind;
+    const mr_backend *be;
+    int32_t nvals, nnodes;
+    vinfo *vi;
+    void **bound;       /* per value: bound external pointer (inputs, params) */
+    char *arena;        /* device memory */
+    size_t arena_bytes, scratch_bytes, unshared_bytes;
+    mr_op_args *args;   /* per node */
+    mr_kernel_fn *fns;  /* per node */
+    patch *patches;     /* views that point at bound (external) values */
+    int32_t npatches;
+    int dirty;
+    char (*names)[MR_NAME_MAX];
+};
+
+static size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+
+static int32_t root_of(const mr_graph *g, int32_t v) {
+    while (g->vals[v].kind == MR_VAL_VIEW) v = g->vals[v].base;
+    return v;
+}
+
+/* A live block in the arena, for placement. */
+typedef struct block {
+    size_t off, end;
+    int32_t last;
+} block;
+
+static int cmp_block(const void *a, const void *b) {
+    const block *x = a, *y = b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+void mr_plan_free(mr_plan *p) {
+    if (!p) return;
+    if (p->be && p->arena) p->be->free(0, p->arena);
+    free(p->vi);
+    free(p->bound);
+    free(p->args);
+    free(p->fns);
+    free(p->patches);
+    free(p->names);
+    free(p);
+}
+
+mr_status mr_plan_new(const mr_graph *g, mr_device_kind kind, const mr_val *keep, int n_keep, mr_plan **out) {
+    mr_status st = MR_OK;
+    mr_plan *p = NULL;
+    block *live = NULL;
+    *out = NULL;
+    if (g->err != MR_OK)
+        return mr_set_error(MR_ERR_INVALID, "plan: the graph has a build error: %s", g->errmsg);
+    p = calloc(1, sizeof *p);
+    MR_CHECK(p, MR_ERR_NOMEM, "plan: out of memory");
+    p->kind = kind;
+    MR_TRY(mr_backend_get(kind, &p->be));
+    p->nvals = g->nvals;
+    p->nnodes = g->nnodes;
+    p->vi = calloc((size_t)g->nvals, sizeof *p->vi);
+    p->bound = calloc((size_t)g->nvals, sizeof *p->bound);
+    p->args = calloc((size_t)(g->nnodes ? g->nnodes : 1), sizeof *p->args);
+    p->fns = calloc((size_t)(g->nnodes ? g->nnodes : 1), sizeof *p->fns);
+    p->names = calloc((size_t)g->nvals, sizeof *p->names);
+    live = calloc((size_t)g->nvals, sizeof *live);
+    MR_CHECK(p->vi && p->bound && p->args && p->fns && p->names && live, MR_ERR_NOMEM, "plan: out of memory");
+
+    /* lifetimes */
+    const int32_t end = g->nnodes; /* "alive until the end of the run" */
+    for (int32_t v = 1; v < g->nvals; v++) {
+        vinfo *x = &p->vi[v];
+        const mr_gval *gv = &g->vals[v];
+        memcpy(p->names[v], gv->name, MR_NAME_MAX);
+        x->root = root_of(g, v);
+        x->bytes = (size_t)mr_shape_numel(&gv->shape) * mr_dtype_size(gv->dtype);
+        x->def = gv->kind == MR_VAL_NODE ? gv->node : -1;
+        x->last = gv->kind == MR_VAL_CONST ? end : x->def;
+        x->src = (gv->kind == MR_VAL_INPUT || gv->kind == MR_VAL_PARAM) ? SRC_EXTERNAL : SRC_ARENA;
+    }
+    for (int32_t v = 1; v < g->nvals; v++) p->vi[v].src = p->vi[p->vi[v].root].src;
+    for (int32_t n = 0; n < g->nnodes; n++)
+        for (int i = 0; i < g->nodes[n].n_in; i++) {
+            int32_t v = g->nodes[n].in[i];
+            if (v && p->vi[p->vi[v].root].last < n) p->vi[p->vi[v].root].last = n;
+        }
+    for (int k = 0; k < n_keep; k++) {
+        MR_CHECK(mr_graph_valid(g, keep[k]), MR_ERR_INVALID, "plan: keep[%d] is not a value of this graph", k);
+        p->vi[p->vi[keep[k].id].root].last = end;
+    }
+
+    /* placement: roots in definition order (constants first, at def -1) */
+    int32_t nlive = 0;
+    size_t top = 0;
+    for (int32_t t = -1; t < g->nnodes; t++) {
+        /* retire blocks whose last reader ran before t */
+        int32_t w = 0;
+        for (int32_t i = 0; i < nlive; i++)
+            if (live[i].last >= t) live[w++] = live[i];
+        nlive = w;
+        for (int32_t v = 1; v < g->nvals; v++) {
+            vinfo *x = &p->vi[v];
+            if (x->root != v || x->src != SRC_ARENA || x->def != t || x->placed) continue;
+            size_t need = align_up(x->bytes ? x->bytes : 1);
+            p->unshared_bytes += need;
+            qsort(live, (size_t)nlive, sizeof *live, cmp_block);
+            /* best fit among the gaps; the space above the last block is the gap of last resort */
+            size_t best = 0, best_gap = 0, cur = 0;
+            int found = 0;
+            for (int32_t i = 0; i <= nlive; i++) {
+                size_t next = i < nlive ? live[i].off : (size_t)-1;
+                if (next >= cur + need && (!found || next - cur < best_gap)) {
+                    best = cur;
+                    best_gap = next - cur;
+                    found = 1;
+                }
+                if (i < nlive && live[i].end > cur) cur = live[i].end;
+            }
+            x->offset = best;
+            x->placed = 1;
+            live[nlive++] = (block){best, best + need, x->last};
+            if (best + need > top) top = best + need;
+        }
+    }
+    p->arena_bytes = top;
+
+    /* kernels and their arguments */
+    for (int32_t n = 0; n < g->nnodes; n++) {
+        const mr_gnode *nd = &g->nodes[n];
+        const mr_op_info *info = mr_op_get(nd->op);
+        MR_CHECK(info->kernel[kind], MR_ERR_UNSUPPORTED, "plan: op %s has no kernel on the %s backend", info->name,
+                 p->be->name);
+        p->fns[n] = info->kernel[kind];
+        mr_op_args *a = &p->args[n];
+        mr_op_args_init(a, nd->op);
+        a->p = nd->p;
+        for (int k = 0; k < 2; k++) {
+            const int32_t *ids = k ? nd->out : nd->in;
+            mr_view *views = k ? a->out : a->in;
+            for (int i = 0; i < (k ? nd->n_out : nd->n_in); i++) {
+                if (!ids[i]) continue;
+                views[i].dtype = g->vals[ids[i]].dtype;
+                views[i].shape = g->vals[ids[i]].shape;
+            }
+        }
+        size_t ws = mr_op_workspace_bytes(a);
+        if (align_up(ws) > p->scratch_bytes) p->scratch_bytes = align_up(ws);
+    }
+    MR_TRY(p->be->alloc(0, p->arena_bytes + p->scratch_bytes, (void **)&p->arena));
+    /* constants are copied in once */
+    for (int32_t v = 1; v < g->nvals; v++)
+        if (g->vals[v].kind == MR_VAL_CONST && p->vi[v].bytes)
+            MR_TRY(p->be->copy(0, p->arena + p->vi[v].offset, g->vals[v].cdata, p->vi[v].bytes,
+                               kind == MR_DEVICE_CPU ? MR_COPY_H2H : MR_COPY_H2D, NULL));
+    /* arena pointers now; external ones at each rebinding */
+    int32_t npatch = 0;
+    for (int32_t n = 0; n < g->nnodes; n++)
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < (k ? g->nodes[n].n_out : g->nodes[n].n_in); i++) {
+                int32_t v = k ? g->nodes[n].out[i] : g->nodes[n].in[i];
+                if (v && p->vi[v].src == SRC_EXTERNAL) npatch++;
+            }
+    p->patches = calloc((size_t)(npatch ? npatch : 1), sizeof *p->patches);
+    MR_CHECK(p->patches, MR_ERR_NOMEM, "plan: out of memory");
+    for (int32_t n = 0; n < g->nnodes; n++) {
+        mr_op_args *a = &p->args[n];
+        if (p->scratch_bytes) {
+            a->workspace = p->arena + p->arena_bytes;
+            a->workspace_bytes = p->scratch_bytes;
+        }
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < (k ? g->nodes[n].n_out : g->nodes[n].n_in); i++) {
+                int32_t v = k ? g->nodes[n].out[i] : g->nodes[n].in[i];
+                if (!v) continue;
+                if (p->vi[v].src == SRC_EXTERNAL)
+                    p->patches[p->npatches++] = (patch){n, k, i, p->vi[v].root};
+                else
+                    (k ? a->out : a->in)[i].data = p->arena + p->vi[p->vi[v].root].offset;
+            }
+    }
+    p->dirty = 1;
+    free(live);
+    *out = p;
+    return MR_OK;
+fail:
+    free(live);
+    mr_plan_free(p);
+    return st;
+}
+
+mr_status mr_plan_bind(mr_plan *p, mr_val v, void *data) {
+    if (v.id <= 0 || v.id >= p->nvals || p->vi[v.id].root != v.id || p->vi[v.id].src != SRC_EXTERNAL)
+        return mr_set_error(MR_ERR_INVALID, "plan: value %d is not an input or param of this plan", (int)v.id);
+    if (!data && p->vi[v.id].bytes)
+        return mr_set_error(MR_ERR_INVALID, "plan: binding '%s' to NULL", p->names[v.id]);
+    p->bound[v.id] = data;
+    p->dirty = 1;
+    return MR_OK;
+}
+
+mr_status mr_plan_run(mr_plan *p) {
+    if (p->dirty) {
+        for (int32_t i = 0; i < p->npatches; i++) {
+            const patch *q = &p->patches[i];
+            void *d = p->bound[q->value];
+            if (!d && p->vi[q->value].bytes)
+                return mr_set_error(MR_ERR_INVALID, "plan: '%s' is not bound (HINT: mr_plan_bind it before running)",
+                                    p->names[q->value]);
+            (q->is_out ? p->args[q->node].out : p->args[q->node].in)[q->slot].data = d;
+        }
+        p->dirty = 0;
+    }
+    for (int32_t n = 0; n < p->nnodes; n++) {
+        mr_status st = p->fns[n](&p->args[n]);
+        if (st != MR_OK) return st;
+    }
+    return MR_OK;
+}
+
+void *mr_plan_data(const mr_plan *p, mr_val v) {
+    if (v.id <= 0 || v.id >= p->nvals) return NULL;
+    int32_t r = p->vi[v.id].root;
+    if (p->vi[r].src == SRC_EXTERNAL) return p->bound[r];
+    if (p->vi[r].last < p->nnodes) return NULL; /* not kept: its bytes may have been reused */
+    return p->arena + p->vi[r].offset;
+}
+
+size_t mr_plan_arena_bytes(const mr_plan *p) { return p->arena_bytes; }
+size_t mr_plan_unshared_bytes(const mr_plan *p) { return p->unshared_bytes; }
+int32_t mr_plan_num_kernels(const mr_plan *p) { return p->nnodes; }
