@@ -125,7 +125,9 @@ mr_status mr_graph_grad(mr_graph *g, mr_val loss, const mr_val *params, int n, m
 mr_status mr_plan_new(const mr_graph *g, mr_device_kind kind, const mr_val *keep, int n_keep, mr_plan **out) MR_WUR;
 void mr_plan_free(mr_plan *p); /* NULL is a no-op */
 /* Points an input or param at caller memory of its dtype and shape (borrowed until rebound or the
- * plan is freed). */
+ * plan is freed). A kept node output may be bound too: its kernels then write straight into the
+ * caller's memory (how gradients land in a model's contiguous gradient buffer); NULL unbinds it
+ * back to the arena. */
 mr_status mr_plan_bind(mr_plan *p, mr_val v, void *data) MR_WUR;
 /* Runs every node in order. MR_ERR_INVALID naming the value if an input or param is unbound. */
 mr_status mr_plan_run(mr_plan *p) MR_WUR;

@@ -194,7 +194,7 @@ mr_status mr_plan_new(const mr_graph *g, mr_device_kind kind, const mr_val *keep
         for (int k = 0; k < 2; k++)
             for (int i = 0; i < (k ? g->nodes[n].n_out : g->nodes[n].n_in); i++) {
                 int32_t v = k ? g->nodes[n].out[i] : g->nodes[n].in[i];
-                if (v && p->vi[v].src == SRC_EXTERNAL) npatch++;
+                if (v && (p->vi[v].src == SRC_EXTERNAL || p->vi[p->vi[v].root].last == end)) npatch++;
             }
     p->patches = calloc((size_t)(npatch ? npatch : 1), sizeof *p->patches);
     MR_CHECK(p->patches, MR_ERR_NOMEM, "plan: out of memory");
@@ -208,10 +208,10 @@ mr_status mr_plan_new(const mr_graph *g, mr_device_kind kind, const mr_val *keep
             for (int i = 0; i < (k ? g->nodes[n].n_out : g->nodes[n].n_in); i++) {
                 int32_t v = k ? g->nodes[n].out[i] : g->nodes[n].in[i];
                 if (!v) continue;
-                if (p->vi[v].src == SRC_EXTERNAL)
-                    p->patches[p->npatches++] = (patch){n, k, i, p->vi[v].root};
-                else
-                    (k ? a->out : a->in)[i].data = p->arena + p->vi[p->vi[v].root].offset;
+                int32_t r = p->vi[v].root;
+                if (p->vi[v].src == SRC_EXTERNAL || p->vi[r].last == end)
+                    p->patches[p->npatches++] = (patch){n, k, i, r};
+                if (p->vi[v].src != SRC_EXTERNAL) (k ? a->out : a->in)[i].data = p->arena + p->vi[r].offset;
             }
     }
     p->dirty = 1;
@@ -225,9 +225,11 @@ fail:
 }
 
 mr_status mr_plan_bind(mr_plan *p, mr_val v, void *data) {
-    if (v.id <= 0 || v.id >= p->nvals || p->vi[v.id].root != v.id || p->vi[v.id].src != SRC_EXTERNAL)
-        return mr_set_error(MR_ERR_INVALID, "plan: value %d is not an input or param of this plan", (int)v.id);
-    if (!data && p->vi[v.id].bytes)
+    if (v.id <= 0 || v.id >= p->nvals || p->vi[v.id].root != v.id ||
+        (p->vi[v.id].src != SRC_EXTERNAL && p->vi[v.id].last != p->nnodes))
+        return mr_set_error(MR_ERR_INVALID, "plan: value %d is not an input, param or kept output of this plan",
+                            (int)v.id);
+    if (!data && p->vi[v.id].bytes && p->vi[v.id].src == SRC_EXTERNAL)
         return mr_set_error(MR_ERR_INVALID, "plan: binding '%s' to NULL", p->names[v.id]);
     p->bound[v.id] = data;
     p->dirty = 1;
@@ -239,6 +241,7 @@ mr_status mr_plan_run(mr_plan *p) {
         for (int32_t i = 0; i < p->npatches; i++) {
             const patch *q = &p->patches[i];
             void *d = p->bound[q->value];
+            if (!d && p->vi[q->value].src == SRC_ARENA) d = p->arena + p->vi[q->value].offset; /* kept, unbound */
             if (!d && p->vi[q->value].bytes)
                 return mr_set_error(MR_ERR_INVALID, "plan: '%s' is not bound (HINT: mr_plan_bind it before running)",
                                     p->names[q->value]);
@@ -256,7 +259,7 @@ mr_status mr_plan_run(mr_plan *p) {
 void *mr_plan_data(const mr_plan *p, mr_val v) {
     if (v.id <= 0 || v.id >= p->nvals) return NULL;
     int32_t r = p->vi[v.id].root;
-    if (p->vi[r].src == SRC_EXTERNAL) return p->bound[r];
+    if (p->vi[r].src == SRC_EXTERNAL || p->bound[r]) return p->bound[r];
     if (p->vi[r].last < p->nnodes) return NULL; /* not kept: its bytes may have been reused */
     return p->arena + p->vi[r].offset;
 }

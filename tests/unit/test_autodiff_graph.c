@@ -128,6 +128,13 @@ static void test_plan_computes(void **state) {
     for (int64_t i = 0; i < N; i++)
         for (int64_t j = 0; j < M; j++) ref[i * M + j] = (B[j] > 0 ? B[j] : 0) * 0.5;
     assert_true(th_compare("plan y, x = 0", mr_plan_data(p, y), MR_F64, ref, N * M, 1e-15, 1e-15, 1e-25));
+    /* a kept output bound to caller memory is written there (how gradients reach a model's buffer) */
+    double *Yout = th_alloc(sizeof(double) * N * M);
+    MR_ASSERT_OK(mr_plan_bind(p, y, Yout));
+    MR_ASSERT_OK(mr_plan_run(p));
+    assert_ptr_equal(mr_plan_data(p, y), Yout);
+    assert_true(th_compare("plan y bound", Yout, MR_F64, ref, N * M, 1e-15, 1e-15, 1e-25));
+    assert_int_equal(mr_plan_bind(p, r, Yout), MR_ERR_INVALID); /* r is not kept */
     mr_plan_free(p);
     mr_graph_free(g);
     th_free_all();
