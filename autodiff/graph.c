@@ -432,18 +432,46 @@ mr_val mr_graph_cast(mr_graph *g, mr_val x, mr_dtype dt) {
     return node1(g, MR_OP_CAST, &x, 1, NULL, dt, g->vals[x.id].shape);
 }
 
+mr_val mr_graph_slice(mr_graph *g, mr_val x, int64_t offset, mr_shape shape) {
+    if (!ok_val(g, x, "slice", "x")) return MR_VAL_NONE;
+    mr_shape sx = g->vals[x.id].shape;
+    if (check_leaf(g, "view", "", g->vals[x.id].dtype, &shape) != MR_OK) return MR_VAL_NONE;
+    int64_t n = mr_shape_numel(&shape), have = mr_shape_numel(&sx);
+    if (offset < 0 || offset > have || n > have - offset) {
+        char b1[128], b2[128];
+        mr_graph_fail(g, MR_ERR_INVALID, "graph: a view %s at element %lld does not fit in %s",
+                      mr_shape_str(&shape, b1, 128), (long long)offset, mr_shape_str(&sx, b2, 128));
+        return MR_VAL_NONE;
+    }
+    int32_t id = push_val(g, MR_VAL_VIEW, g->vals[x.id].dtype, &shape, NULL);
+    if (!id) return MR_VAL_NONE;
+    g->vals[id].base = x.id;
+    g->vals[id].view_off = offset;
+    return (mr_val){id};
+}
+
 mr_val mr_graph_reshape(mr_graph *g, mr_val x, mr_shape shape) {
     if (!ok_val(g, x, "reshape", "x")) return MR_VAL_NONE;
     mr_shape sx = g->vals[x.id].shape;
-    if (check_leaf(g, "reshape", "", g->vals[x.id].dtype, &shape) != MR_OK) return MR_VAL_NONE;
     if (mr_shape_numel(&sx) != mr_shape_numel(&shape)) {
         char b1[128], b2[128];
         mr_graph_fail(g, MR_ERR_INVALID, "graph: reshape: cannot reshape %s into %s (element counts differ)",
                       mr_shape_str(&sx, b1, 128), mr_shape_str(&shape, b2, 128));
         return MR_VAL_NONE;
     }
-    int32_t id = push_val(g, MR_VAL_VIEW, g->vals[x.id].dtype, &shape, NULL);
-    if (!id) return MR_VAL_NONE;
-    g->vals[id].base = x.id;
-    return (mr_val){id};
+    return mr_graph_slice(g, x, 0, shape);
+}
+
+mr_val mr_graph_concat(mr_graph *g, const mr_val *xs, int n, mr_shape shape) {
+    if (g->err != MR_OK) return MR_VAL_NONE;
+    if (n < 1 || n > MR_OP_MAX_IO) {
+        mr_graph_fail(g, MR_ERR_INVALID, "graph: concat takes 1 to %d values, got %d", MR_OP_MAX_IO, n);
+        return MR_VAL_NONE;
+    }
+    mr_val in[MR_OP_MAX_IO] = {{0}};
+    for (int i = 0; i < n; i++) {
+        if (!ok_val(g, xs[i], "concat", "an input")) return MR_VAL_NONE;
+        in[i] = xs[i];
+    }
+    return node1(g, MR_OP_CONCAT, in, MR_OP_MAX_IO, NULL, g->vals[xs[0].id].dtype, shape);
 }

@@ -40,7 +40,7 @@ typedef enum mr_val_kind {
     MR_VAL_PARAM = 1, /* trainable: bound storage; mr_graph_grad differentiates with respect to it */
     MR_VAL_CONST = 2, /* data owned by the graph, copied in at build time */
     MR_VAL_NODE = 3,  /* an output of a node */
-    MR_VAL_VIEW = 4   /* a reshape of another value: same bytes */
+    MR_VAL_VIEW = 4   /* a reshape or slice of another value: its bytes */
 } mr_val_kind;
 
 mr_status mr_graph_new(mr_graph **out) MR_WUR;
@@ -49,6 +49,9 @@ void mr_graph_free(mr_graph *g); /* NULL is a no-op */
 /* MR_OK, or the first build error; mr_graph_error gives its message ("" when none). */
 mr_status mr_graph_status(const mr_graph *g);
 const char *mr_graph_error(const mr_graph *g);
+/* Records a build error (for layer and model builders; the first error wins) and returns the
+ * graph's status. */
+mr_status mr_graph_fail(mr_graph *g, mr_status st, const char *fmt, ...) MR_PRINTF(3, 4);
 
 /* ---- leaves ---- */
 mr_val mr_graph_input(mr_graph *g, const char *name, mr_dtype dt, mr_shape shape);
@@ -109,6 +112,11 @@ mr_val mr_graph_permute(mr_graph *g, mr_val x, const int *perm);
 mr_val mr_graph_cast(mr_graph *g, mr_val x, mr_dtype dt);
 /* Same bytes, another shape of the same numel. */
 mr_val mr_graph_reshape(mr_graph *g, mr_val x, mr_shape shape);
+/* A view of x's elements [offset, offset + numel(shape)) with `shape` (x is contiguous, so a
+ * slice along the first dim is a contiguous range): no copy. */
+mr_val mr_graph_slice(mr_graph *g, mr_val x, int64_t offset, mr_shape shape);
+/* The flat concatenation of xs[0..n) (n <= MR_OP_MAX_IO, one dtype) reshaped to `shape`. */
+mr_val mr_graph_concat(mr_graph *g, const mr_val *xs, int n, mr_shape shape);
 
 /* ---- gradients ----
  * Appends the backward of the scalar (numel 1) float value `loss` with respect to each of

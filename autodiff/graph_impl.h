@@ -13,7 +13,8 @@ typedef struct mr_gval {
     mr_shape shape;
     int32_t node;    /* MR_VAL_NODE: producing node; else -1 */
     int32_t slot;    /* MR_VAL_NODE: output index of that node */
-    int32_t base;    /* MR_VAL_VIEW: the value it reshapes */
+    int32_t base;    /* MR_VAL_VIEW: the value it views */
+    int64_t view_off; /* MR_VAL_VIEW: first element, counted in the base's elements */
     void *cdata;     /* MR_VAL_CONST: owned bytes */
     char name[MR_NAME_MAX];
 } mr_gval;
@@ -39,9 +40,6 @@ struct mr_graph {
 
 /* The value record for v (v must be valid). */
 static inline const mr_gval *mr_graph_val(const mr_graph *g, mr_val v) { return &g->vals[v.id]; }
-
-/* Records a build error (the first one wins) and returns it. */
-mr_status mr_graph_fail(mr_graph *g, mr_status st, const char *fmt, ...) MR_PRINTF(3, 4);
 
 /* Non-zero when v names an existing value of g. */
 int mr_graph_valid(const mr_graph *g, mr_val v);

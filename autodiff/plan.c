@@ -23,6 +23,7 @@ typedef enum { SRC_ARENA = 0, SRC_EXTERNAL = 1 } src_kind;
 
 typedef struct vinfo {
     int32_t root;    /* the value owning the bytes (itself unless a view) */
+    size_t view_off; /* bytes from the root's start (views) */
     src_kind src;    /* where the root lives */
     size_t offset;   /* SRC_ARENA: offset in the arena */
     size_t bytes;
@@ -30,9 +31,10 @@ typedef struct vinfo {
     int placed;
 } vinfo;
 
-/* Where one view of one kernel's args points. */
+/* Where one view of one kernel's args points: value's root plus off bytes. */
 typedef struct patch {
     int32_t node, is_out, slot, value;
+    size_t off;
 } patch;
 
 struct mr_plan {
@@ -53,8 +55,13 @@ struct mr_plan {
 
 static size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 
-static int32_t root_of(const mr_graph *g, int32_t v) {
-    while (g->vals[v].kind == MR_VAL_VIEW) v = g->vals[v].base;
+/* The value owning v's bytes, and v's byte offset from its start. */
+static int32_t root_of(const mr_graph *g, int32_t v, size_t *off) {
+    *off = 0;
+    while (g->vals[v].kind == MR_VAL_VIEW) {
+        *off += (size_t)g->vals[v].view_off * mr_dtype_size(g->vals[v].dtype);
+        v = g->vals[v].base;
+    }
     return v;
 }
 
@@ -108,7 +115,7 @@ mr_status mr_plan_new(const mr_graph *g, mr_device_kind kind, const mr_val *keep
         vinfo *x = &p->vi[v];
         const mr_gval *gv = &g->vals[v];
         memcpy(p->names[v], gv->name, MR_NAME_MAX);
-        x->root = root_of(g, v);
+        x->root = root_of(g, v, &x->view_off);
         x->bytes = (size_t)mr_shape_numel(&gv->shape) * mr_dtype_size(gv->dtype);
         x->def = gv->kind == MR_VAL_NODE ? gv->node : -1;
         x->last = gv->kind == MR_VAL_CONST ? end : x->def;
@@ -210,8 +217,9 @@ mr_status mr_plan_new(const mr_graph *g, mr_device_kind kind, const mr_val *keep
                 if (!v) continue;
                 int32_t r = p->vi[v].root;
                 if (p->vi[v].src == SRC_EXTERNAL || p->vi[r].last == end)
-                    p->patches[p->npatches++] = (patch){n, k, i, r};
-                if (p->vi[v].src != SRC_EXTERNAL) (k ? a->out : a->in)[i].data = p->arena + p->vi[r].offset;
+                    p->patches[p->npatches++] = (patch){n, k, i, r, p->vi[v].view_off};
+                if (p->vi[v].src != SRC_EXTERNAL)
+                    (k ? a->out : a->in)[i].data = p->arena + p->vi[r].offset + p->vi[v].view_off;
             }
     }
     p->dirty = 1;
@@ -245,7 +253,7 @@ mr_status mr_plan_run(mr_plan *p) {
             if (!d && p->vi[q->value].bytes)
                 return mr_set_error(MR_ERR_INVALID, "plan: '%s' is not bound (HINT: mr_plan_bind it before running)",
                                     p->names[q->value]);
-            (q->is_out ? p->args[q->node].out : p->args[q->node].in)[q->slot].data = d;
+            (q->is_out ? p->args[q->node].out : p->args[q->node].in)[q->slot].data = d ? (char *)d + q->off : NULL;
         }
         p->dirty = 0;
     }
@@ -259,9 +267,10 @@ mr_status mr_plan_run(mr_plan *p) {
 void *mr_plan_data(const mr_plan *p, mr_val v) {
     if (v.id <= 0 || v.id >= p->nvals) return NULL;
     int32_t r = p->vi[v.id].root;
-    if (p->vi[r].src == SRC_EXTERNAL || p->bound[r]) return p->bound[r];
+    size_t off = p->vi[v.id].view_off;
+    if (p->vi[r].src == SRC_EXTERNAL || p->bound[r]) return p->bound[r] ? (char *)p->bound[r] + off : NULL;
     if (p->vi[r].last < p->nnodes) return NULL; /* not kept: its bytes may have been reused */
-    return p->arena + p->vi[r].offset;
+    return p->arena + p->vi[r].offset + off;
 }
 
 size_t mr_plan_arena_bytes(const mr_plan *p) { return p->arena_bytes; }

@@ -69,6 +69,7 @@ static const mr_op_info g_ops[MR_OP_COUNT] = {
     OP(MR_OP_DROPOUT, "dropout", 1, 1, MR_OP_NONE, dropout_fwd, NULL, NULL),
     OP(MR_OP_DROPOUT_BWD, "dropout_bwd", 1, 1, MR_OP_DROPOUT, dropout_fwd, NULL, NULL),
     OP(MR_OP_PERMUTE, "permute", 1, 1, MR_OP_NONE, permute_fwd, NULL, NULL),
+    OP(MR_OP_CONCAT, "concat", MR_OP_MAX_IO, 1, MR_OP_NONE, concat_fwd, NULL, NULL),
     OP(MR_OP_CAST, "cast", 1, 1, MR_OP_NONE, cast_fwd, NULL, CUDA_FN(mr_cast_fwd_cuda)),
     OP(MR_OP_SGD_UPDATE, "sgd_update", 3, 0, MR_OP_NONE, sgd_update, NULL, CUDA_FN(mr_sgd_update_cuda)),
     OP(MR_OP_ADAMW_UPDATE, "adamw_update", 4, 0, MR_OP_NONE, adamw_update, NULL, CUDA_FN(mr_adamw_update_cuda)),

@@ -90,6 +90,10 @@ typedef enum mr_op_id {
     /* Transpose as an op: y = x permuted by p.permute.perm (y.dim[i] = x.dim[perm[i]]).
      * in: x; out: y. Its gradient is the inverse permutation. */
     MR_OP_PERMUTE,
+    /* Flat concatenation: in: up to MR_OP_MAX_IO contiguous buffers of one dtype (absent ones,
+     * data NULL, are skipped); out: y whose numel is the sum of theirs, in order. Its gradient is
+     * slices of dy (views, no kernel). */
+    MR_OP_CONCAT,
     /* Cast among f32, f64, f16, bf16 (round to nearest even). in: x; out: y. */
     MR_OP_CAST,
     /* Fused optimizer updates, in place, PyTorch semantics (torch.optim.SGD / AdamW).

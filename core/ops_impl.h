@@ -38,6 +38,7 @@ MR_DECLARE_KERNELS(maxpool2d_fwd)      /* pool_{ref,cpu}.c */
 MR_DECLARE_KERNELS(maxpool2d_bwd)
 MR_DECLARE_KERNELS(dropout_fwd)        /* DROPOUT and DROPOUT_BWD: dropout_{ref,cpu}.c */
 MR_DECLARE_KERNELS(permute_fwd)        /* permute_{ref,cpu}.c */
+MR_DECLARE_KERNELS(concat_fwd)         /* concat_{ref,cpu}.c */
 MR_DECLARE_KERNELS(cast_fwd)           /* cast_{ref,cpu}.c */
 MR_DECLARE_KERNELS(sgd_update)         /* optim_{ref,cpu}.c */
 MR_DECLARE_KERNELS(adamw_update)

@@ -1,0 +1,284 @@
+/* The parameter registry and the nn layers (see nn.h). */
+#include "autodiff/nn.h"
+#include "autodiff/graph_impl.h"
+#include "core/rng.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct param_entry {
+    char name[MR_NAME_MAX];
+    mr_shape shape;
+    mr_init_kind init;
+    double arg;
+    int64_t offset, numel;
+} param_entry;
+
+struct mr_params {
+    param_entry *e;
+    int32_t n, cap;
+    float *data, *grad;
+    int64_t buf_numel;
+};
+
+mr_status mr_params_new(mr_params **out) {
+    *out = calloc(1, sizeof **out);
+    return *out ? MR_OK : mr_set_error(MR_ERR_NOMEM, "params: out of memory");
+}
+
+void mr_params_free(mr_params *ps) {
+    if (!ps) return;
+    free(ps->e);
+    free(ps->data);
+    free(ps->grad);
+    free(ps);
+}
+
+int32_t mr_params_find(const mr_params *ps, const char *name) {
+    for (int32_t i = 0; i < ps->n; i++)
+        if (!strcmp(ps->e[i].name, name)) return i;
+    return -1;
+}
+
+mr_status mr_params_add(mr_params *ps, const char *name, mr_shape shape, mr_init_kind init, double arg,
+                        int32_t *index) {
+    if (ps->data) return mr_set_error(MR_ERR_INVALID, "params: cannot add '%s' after allocation", name);
+    if (!name || !*name || strlen(name) >= MR_NAME_MAX)
+        return mr_set_error(MR_ERR_INVALID, "params: a name needs 1 to %d characters", MR_NAME_MAX - 1);
+    if (mr_params_find(ps, name) >= 0) return mr_set_error(MR_ERR_INVALID, "params: '%s' is registered twice", name);
+    for (int i = 0; i < shape.ndim; i++)
+        if (shape.dim[i] < 0) return mr_set_error(MR_ERR_INVALID, "params: '%s' has a negative dim", name);
+    if (ps->n == ps->cap) {
+        int32_t cap = ps->cap ? ps->cap * 2 : 32;
+        param_entry *e = realloc(ps->e, (size_t)cap * sizeof *e);
+        if (!e) return mr_set_error(MR_ERR_NOMEM, "params: out of memory");
+        ps->e = e;
+        ps->cap = cap;
+    }
+    param_entry *p = &ps->e[ps->n];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->shape = shape;
+    p->init = init;
+    p->arg = arg;
+    p->numel = mr_shape_numel(&shape);
+    p->offset = ps->buf_numel;
+    ps->buf_numel += (p->numel + 15) / 16 * 16; /* 64-byte aligned starts */
+    if (index) *index = ps->n;
+    ps->n++;
+    return MR_OK;
+}
+
+mr_status mr_params_alloc(mr_params *ps) {
+    if (ps->data) return MR_OK;
+    size_t bytes = (size_t)(ps->buf_numel ? ps->buf_numel : 16) * sizeof(float);
+    ps->data = aligned_alloc(64, bytes);
+    ps->grad = aligned_alloc(64, bytes);
+    if (!ps->data || !ps->grad) {
+        free(ps->data);
+        free(ps->grad);
+        ps->data = ps->grad = NULL;
+        return mr_set_error(MR_ERR_NOMEM, "params: out of memory for %zu bytes of parameters", bytes);
+    }
+    memset(ps->data, 0, bytes);
+    memset(ps->grad, 0, bytes);
+    return MR_OK;
+}
+
+int mr_params_allocated(const mr_params *ps) { return ps->data != NULL; }
+
+mr_status mr_params_init(mr_params *ps, uint64_t seed) {
+    if (!ps->data) return mr_set_error(MR_ERR_INVALID, "params: mr_params_init before mr_params_alloc");
+    for (int32_t i = 0; i < ps->n; i++) {
+        param_entry *p = &ps->e[i];
+        float *d = ps->data + p->offset;
+        mr_rng rng = mr_rng_init(seed);
+        rng.offset = (uint64_t)i << 40;
+        mr_status st = MR_OK;
+        switch (p->init) {
+        case MR_INIT_ZEROS:
+            memset(d, 0, (size_t)p->numel * sizeof *d);
+            break;
+        case MR_INIT_ONES:
+            for (int64_t j = 0; j < p->numel; j++) d[j] = 1.0f;
+            break;
+        case MR_INIT_UNIFORM:
+            st = mr_rng_uniform(&rng, d, p->numel, (float)-p->arg, (float)p->arg);
+            break;
+        case MR_INIT_NORMAL:
+            st = mr_rng_normal(&rng, d, p->numel, 0.0f, (float)p->arg);
+            break;
+        case MR_INIT_FAN_IN: {
+            float b = p->arg > 0 ? (float)(1.0 / sqrt(p->arg)) : 0.0f;
+            st = mr_rng_uniform(&rng, d, p->numel, -b, b);
+            break;
+        }
+        }
+        if (st != MR_OK) return st;
+    }
+    return MR_OK;
+}
+
+int32_t mr_params_count(const mr_params *ps) { return ps->n; }
+const char *mr_params_name(const mr_params *ps, int32_t i) { return ps->e[i].name; }
+mr_shape mr_params_shape(const mr_params *ps, int32_t i) { return ps->e[i].shape; }
+int64_t mr_params_numel(const mr_params *ps, int32_t i) { return ps->e[i].numel; }
+int64_t mr_params_offset(const mr_params *ps, int32_t i) { return ps->e[i].offset; }
+float *mr_params_data(const mr_params *ps, int32_t i) { return ps->data ? ps->data + ps->e[i].offset : NULL; }
+float *mr_params_grad(const mr_params *ps, int32_t i) { return ps->grad ? ps->grad + ps->e[i].offset : NULL; }
+float *mr_params_buffer(const mr_params *ps) { return ps->data; }
+float *mr_params_grad_buffer(const mr_params *ps) { return ps->grad; }
+int64_t mr_params_buffer_numel(const mr_params *ps) { return ps->buf_numel; }
+
+int64_t mr_params_total(const mr_params *ps) {
+    int64_t t = 0;
+    for (int32_t i = 0; i < ps->n; i++) t += ps->e[i].numel;
+    return t;
+}
+
+/* ---- layers ----------------------------------------------------------------------------------- */
+
+mr_val mr_nn_param(mr_nn *nn, const char *name, mr_shape shape, mr_init_kind init, double arg) {
+    mr_graph *g = nn->g;
+    if (g->err != MR_OK) return MR_VAL_NONE;
+    char full[MR_NAME_MAX * 2];
+    snprintf(full, sizeof full, "%s%s", nn->prefix, name);
+    if (strlen(full) >= MR_NAME_MAX) {
+        mr_graph_fail(g, MR_ERR_INVALID, "nn: parameter name '%s' is too long", full);
+        return MR_VAL_NONE;
+    }
+    int32_t i = mr_params_find(nn->ps, full);
+    if (i < 0) {
+        if (mr_params_add(nn->ps, full, shape, init, arg, &i) != MR_OK) {
+            mr_graph_fail(g, MR_ERR_INVALID, "nn: %s", mr_last_error());
+            return MR_VAL_NONE;
+        }
+    } else {
+        mr_shape have = mr_params_shape(nn->ps, i);
+        if (!mr_shape_eq(&have, &shape)) {
+            char b1[128], b2[128];
+            mr_graph_fail(g, MR_ERR_INVALID, "nn: parameter '%s' is %s here but %s in the model", full,
+                          mr_shape_str(&shape, b1, 128), mr_shape_str(&have, b2, 128));
+            return MR_VAL_NONE;
+        }
+    }
+    mr_val v = mr_graph_find(g, full);
+    if (v.id) {
+        if (mr_graph_kind(g, v) != MR_VAL_PARAM) {
+            mr_graph_fail(g, MR_ERR_INVALID, "nn: '%s' names a graph input, not a parameter", full);
+            return MR_VAL_NONE;
+        }
+        return v;
+    }
+    return mr_graph_param(g, full, nn->dtype, shape);
+}
+
+static int64_t last_dim(const mr_graph *g, mr_val x) {
+    mr_shape s = mr_graph_shape(g, x);
+    return s.ndim ? s.dim[s.ndim - 1] : 1;
+}
+
+mr_val mr_nn_linear_init(mr_nn *nn, const char *name, mr_val x, int64_t out, int bias, mr_init_kind winit,
+                         double warg, mr_init_kind binit, double barg) {
+    if (nn->g->err != MR_OK) return MR_VAL_NONE;
+    int64_t in = last_dim(nn->g, x);
+    char pn[MR_NAME_MAX];
+    snprintf(pn, sizeof pn, "%s.weight", name);
+    mr_val w = mr_nn_param(nn, pn, mr_shape_2d(out, in), winit, warg);
+    mr_val y = mr_graph_matmul(nn->g, x, w, 0, 1, 1.0);
+    if (!bias) return y;
+    snprintf(pn, sizeof pn, "%s.bias", name);
+    mr_val b = mr_nn_param(nn, pn, mr_shape_1d(out), binit, barg);
+    return mr_graph_add(nn->g, y, b);
+}
+
+mr_val mr_nn_linear(mr_nn *nn, const char *name, mr_val x, int64_t out, int bias) {
+    double in = (double)last_dim(nn->g, x);
+    return mr_nn_linear_init(nn, name, x, out, bias, MR_INIT_FAN_IN, in, MR_INIT_FAN_IN, in);
+}
+
+mr_val mr_nn_conv2d(mr_nn *nn, const char *name, mr_val x, int64_t out, int k, int stride, int pad) {
+    if (nn->g->err != MR_OK) return MR_VAL_NONE;
+    mr_shape sx = mr_graph_shape(nn->g, x);
+    int64_t in = sx.ndim == 4 ? sx.dim[1] : 0;
+    double fan_in = (double)in * k * k;
+    char pn[MR_NAME_MAX];
+    snprintf(pn, sizeof pn, "%s.weight", name);
+    mr_val w = mr_nn_param(nn, pn, mr_shape_4d(out, in, k, k), MR_INIT_FAN_IN, fan_in);
+    snprintf(pn, sizeof pn, "%s.bias", name);
+    mr_val b = mr_nn_param(nn, pn, mr_shape_1d(out), MR_INIT_FAN_IN, fan_in);
+    return mr_graph_conv2d(nn->g, x, w, b, stride, pad);
+}
+
+mr_val mr_nn_layernorm(mr_nn *nn, const char *name, mr_val x) {
+    if (nn->g->err != MR_OK) return MR_VAL_NONE;
+    int64_t d = last_dim(nn->g, x);
+    char pn[MR_NAME_MAX];
+    snprintf(pn, sizeof pn, "%s.weight", name);
+    mr_val w = mr_nn_param(nn, pn, mr_shape_1d(d), MR_INIT_ONES, 0);
+    snprintf(pn, sizeof pn, "%s.bias", name);
+    mr_val b = mr_nn_param(nn, pn, mr_shape_1d(d), MR_INIT_ZEROS, 0);
+    return mr_graph_layernorm(nn->g, x, w, b, 1e-5);
+}
+
+mr_val mr_nn_embedding(mr_nn *nn, const char *name, mr_val ids, int64_t vocab, int64_t dim, double std) {
+    char pn[MR_NAME_MAX];
+    snprintf(pn, sizeof pn, "%s.weight", name);
+    mr_val w = mr_nn_param(nn, pn, mr_shape_2d(vocab, dim), MR_INIT_NORMAL, std);
+    return mr_graph_embedding(nn->g, w, ids);
+}
+
+mr_val mr_nn_dropout(mr_nn *nn, mr_val x, double p) {
+    if (!nn->training || p <= 0.0 || nn->g->err != MR_OK) return x;
+    mr_shape s = mr_graph_shape(nn->g, x);
+    mr_val y = mr_graph_dropout(nn->g, x, p, nn->dropout_seed, nn->dropout_offset);
+    nn->dropout_offset += (uint64_t)((mr_shape_numel(&s) + 3) / 4); /* Philox blocks used */
+    return y;
+}
+
+mr_val mr_nn_causal_attention(mr_nn *nn, const char *name, mr_val x, int heads) {
+    mr_graph *g = nn->g;
+    if (g->err != MR_OK) return MR_VAL_NONE;
+    mr_shape s = mr_graph_shape(g, x);
+    if (s.ndim != 3 || heads <= 0 || s.dim[2] % heads) {
+        char b[128];
+        mr_graph_fail(g, MR_ERR_INVALID, "nn: attention '%s': x %s must be (B,T,C) with C divisible by %d heads", name,
+                      mr_shape_str(&s, b, 128), heads);
+        return MR_VAL_NONE;
+    }
+    const int64_t B = s.dim[0], T = s.dim[1], C = s.dim[2], H = heads, D = C / heads;
+    char ln[MR_NAME_MAX];
+    snprintf(ln, sizeof ln, "%s.c_attn", name);
+    mr_val qkv = mr_nn_linear(nn, ln, x, 3 * C, 1);                          /* (B,T,3C) */
+    mr_val q5 = mr_graph_reshape(g, qkv, mr_shape_make(5, (int64_t[]){B, T, 3, H, D}));
+    mr_val p5 = mr_graph_permute(g, q5, (int[]){2, 0, 3, 1, 4});              /* (3,B,H,T,D) */
+    const int64_t one = B * H * T * D;
+    mr_shape bhtd = mr_shape_4d(B, H, T, D);
+    mr_val q = mr_graph_slice(g, p5, 0, bhtd), k = mr_graph_slice(g, p5, one, bhtd);
+    mr_val v = mr_graph_slice(g, p5, 2 * one, bhtd);
+    mr_val att = mr_graph_matmul(g, q, k, 0, 1, 1.0 / sqrt((double)D));       /* (B,H,T,T) */
+    /* causal mask: -inf above the diagonal */
+    size_t es = mr_dtype_size(nn->dtype);
+    void *mask = calloc((size_t)(T * T), es);
+    if (!mask) {
+        mr_graph_fail(g, MR_ERR_NOMEM, "nn: out of memory for a %lldx%lld mask", (long long)T, (long long)T);
+        return MR_VAL_NONE;
+    }
+    for (int64_t i = 0; i < T; i++)
+        for (int64_t j = 0; j < T; j++) mr_dtype_set(mask, nn->dtype, i * T + j, j > i ? -INFINITY : 0.0);
+    mr_val m = mr_graph_const(g, nn->dtype, mr_shape_2d(T, T), mask);
+    free(mask);
+    att = mr_graph_softmax(g, mr_graph_add(g, att, m));
+    mr_val y = mr_graph_matmul(g, att, v, 0, 0, 1.0);                          /* (B,H,T,D) */
+    y = mr_graph_permute(g, y, (int[]){0, 2, 1, 3});                           /* (B,T,H,D) */
+    y = mr_graph_reshape(g, y, mr_shape_3d(B, T, C));
+    snprintf(ln, sizeof ln, "%s.c_proj", name);
+    return mr_nn_linear(nn, ln, y, C, 1);
+}
+
+mr_val mr_nn_xent_mean(mr_nn *nn, mr_val logits, mr_val labels) {
+    mr_val l = mr_graph_softmax_xent(nn->g, logits, labels, -100);
+    return mr_graph_mean(nn->g, l, 1);
+}

@@ -1,0 +1,99 @@
+/* Parameters and neural-network layers over the graph API.
+ *
+ * mr_params is a model's registry of named parameters. All values live in one contiguous f32
+ * buffer and all gradients in another with the same layout (each parameter 64-byte aligned), so
+ * a bucketed all-reduce is one call over a slice and an optimizer is one loop. Names and layouts
+ * follow PyTorch (Linear weight [out, in], Conv2d weight [out, in, kh, kw]) so a state_dict maps
+ * 1:1 by name.
+ *
+ * mr_nn is a builder context: a graph, a registry and a name prefix. Layers "get or create"
+ * their parameters: the first graph built for a model registers them (in build order); later
+ * graphs (another batch shape) find them by name and check the shape. Every parameter becomes a
+ * graph param of the same name; using one twice (a tied output head) reuses the same value.
+ * Building computes nothing; errors are the graph's sticky errors. */
+#ifndef MR_NN_H
+#define MR_NN_H
+
+#include <stdint.h>
+#include "autodiff/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mr_init_kind {
+    MR_INIT_ZEROS = 0,
+    MR_INIT_ONES = 1,
+    MR_INIT_UNIFORM = 2, /* U(-arg, arg) */
+    MR_INIT_NORMAL = 3,  /* N(0, arg^2) */
+    MR_INIT_FAN_IN = 4   /* U(-1/sqrt(arg), 1/sqrt(arg)): PyTorch's Linear/Conv2d default, arg = fan_in */
+} mr_init_kind;
+
+typedef struct mr_params mr_params;
+
+mr_status mr_params_new(mr_params **out) MR_WUR;
+void mr_params_free(mr_params *ps); /* NULL is a no-op */
+/* Registers a parameter (before mr_params_alloc). MR_ERR_INVALID on a duplicate name or after
+ * allocation. *index (may be NULL) receives its index. */
+mr_status mr_params_add(mr_params *ps, const char *name, mr_shape shape, mr_init_kind init, double arg,
+                        int32_t *index) MR_WUR;
+/* Allocates the value and gradient buffers (zeroed); registration ends. */
+mr_status mr_params_alloc(mr_params *ps) MR_WUR;
+int mr_params_allocated(const mr_params *ps);
+/* Fills every parameter by its initializer. Parameter i draws from the Philox stream
+ * (seed, i << 40), so adding a parameter never changes the others' values, for any thread count. */
+mr_status mr_params_init(mr_params *ps, uint64_t seed) MR_WUR;
+
+int32_t mr_params_count(const mr_params *ps);
+int32_t mr_params_find(const mr_params *ps, const char *name); /* -1 if absent */
+const char *mr_params_name(const mr_params *ps, int32_t i);
+mr_shape mr_params_shape(const mr_params *ps, int32_t i);
+int64_t mr_params_numel(const mr_params *ps, int32_t i);
+/* Element offset of parameter i in the buffers. */
+int64_t mr_params_offset(const mr_params *ps, int32_t i);
+float *mr_params_data(const mr_params *ps, int32_t i); /* NULL before mr_params_alloc */
+float *mr_params_grad(const mr_params *ps, int32_t i);
+/* The whole buffers and their length in elements (padding included). */
+float *mr_params_buffer(const mr_params *ps);
+float *mr_params_grad_buffer(const mr_params *ps);
+int64_t mr_params_buffer_numel(const mr_params *ps);
+/* Sum of the parameters' element counts (no padding). */
+int64_t mr_params_total(const mr_params *ps);
+
+typedef struct mr_nn {
+    mr_graph *g;
+    mr_params *ps;
+    mr_dtype dtype;  /* dtype of parameters in the graph (f32; f64 for gradient checks) */
+    int training;    /* dropout active */
+    uint64_t dropout_seed, dropout_offset;
+    char prefix[96]; /* "h.0." while building block 0 */
+} mr_nn;
+
+/* The graph param for registry parameter `name` (prefix added), creating the registry entry on
+ * first use. MR_VAL_NONE with a graph error on a shape clash. */
+mr_val mr_nn_param(mr_nn *nn, const char *name, mr_shape shape, mr_init_kind init, double arg);
+
+/* y = x W^T + b; x (..., in) -> (..., out); W "name.weight" [out, in], b "name.bias" [out]. */
+mr_val mr_nn_linear(mr_nn *nn, const char *name, mr_val x, int64_t out, int bias);
+/* The same with explicit initializers for the weight and the bias (GPT-2 uses N(0, 0.02^2) and
+ * zeros). */
+mr_val mr_nn_linear_init(mr_nn *nn, const char *name, mr_val x, int64_t out, int bias, mr_init_kind winit,
+                         double warg, mr_init_kind binit, double barg);
+/* NCHW conv, weight [out, in, k, k], bias [out]. */
+mr_val mr_nn_conv2d(mr_nn *nn, const char *name, mr_val x, int64_t out, int k, int stride, int pad);
+/* LayerNorm over the last dim: weight (ones) and bias (zeros) [D], eps 1e-5. */
+mr_val mr_nn_layernorm(mr_nn *nn, const char *name, mr_val x);
+/* Embedding "name.weight" [vocab, dim] ~ N(0, std^2); ids i32 (...) -> (..., dim). */
+mr_val mr_nn_embedding(mr_nn *nn, const char *name, mr_val ids, int64_t vocab, int64_t dim, double std);
+/* Dropout with probability p when nn->training (each call takes its own mask stream). */
+mr_val mr_nn_dropout(mr_nn *nn, mr_val x, double p);
+/* Causal multi-head self-attention, GPT-2 layout: x (B,T,C) -> (B,T,C); "name.c_attn" Linear(C, 3C)
+ * and "name.c_proj" Linear(C, C). */
+mr_val mr_nn_causal_attention(mr_nn *nn, const char *name, mr_val x, int heads);
+/* Mean softmax cross-entropy of logits (N,C) against labels (N) i32: a scalar (1). */
+mr_val mr_nn_xent_mean(mr_nn *nn, mr_val logits, mr_val labels);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
