@@ -107,7 +107,13 @@ static void build_gpt(mr_nn *nn, const mr_model_cfg *c, int64_t B, mr_model_io *
     char saved[sizeof nn->prefix];
     memcpy(saved, nn->prefix, sizeof saved);
     for (int64_t l = 0; l < c->layers; l++) {
-        snprintf(nn->prefix, sizeof nn->prefix, "%sh.%lld.", saved, (long long)l);
+        char pre[sizeof saved + 32];
+        snprintf(pre, sizeof pre, "%sh.%lld.", saved, (long long)l);
+        if (strlen(pre) >= sizeof nn->prefix) {
+            mr_graph_fail(g, MR_ERR_INVALID, "gpt: name prefix '%s' is too long", pre);
+            break;
+        }
+        memcpy(nn->prefix, pre, strlen(pre) + 1);
         mr_val a = mr_nn_causal_attention(nn, "attn", mr_nn_layernorm(nn, "ln_1", h), (int)c->heads);
         h = mr_graph_add(g, h, mr_nn_dropout(nn, a, c->dropout));
         mr_val m = mr_nn_linear_init(nn, "mlp.c_fc", mr_nn_layernorm(nn, "ln_2", h), 4 * C, 1, MR_INIT_NORMAL, std,

@@ -12,7 +12,9 @@
 extern void *__libc_malloc(size_t);
 extern void *__libc_calloc(size_t, size_t);
 extern void *__libc_realloc(void *, size_t);
+#ifndef __SANITIZE_ADDRESS__
 static long g_heap_calls;
+#endif
 #ifndef __SANITIZE_ADDRESS__
 void *malloc(size_t n) {
     g_heap_calls++;

@@ -1,0 +1,168 @@
+/* Training-step throughput of the three reference workloads: forward + backward + optimizer
+ * update, on a fixed synthetic batch (the input pipeline is not measured), as in
+ * ../shared/bench/torch_bench.py, which bench/run_models.sh runs in the same session for ratios.
+ *   mlp  784-1024-1024-10, batch 256, SGD(lr 0.01, momentum 0.9)
+ *   cnn  1x28x28 -> conv32 -> pool -> conv64 -> pool -> fc128 -> fc10, batch 128, SGD(momentum 0.9)
+ *   gpt  vocab 65, context 128, 4 layers, 4 heads, width 128, batch 32, AdamW(lr 3e-4, wd 0.1)
+ * Reports the median samples/s (tokens/s for gpt) over runs, the analytic training GFLOP/s
+ * (3x the forward matmul/conv FLOPs, as torch_bench.py counts them) as a fraction of the
+ * measured peak, the planned activation arena, and the process's peak RSS.
+ * Usage: bench_models [--models mlp,cnn,gpt] [--steps N] [--runs R] [--warmup W] */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "core/ops.h"
+#include "core/rng.h"
+#include "models/models.h"
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void die(const char *what) {
+    fprintf(stderr, "bench_models: %s: %s\n", what, mr_last_error());
+    exit(1);
+}
+
+static double fwd_flops(const mr_model_cfg *c, int64_t batch) {
+    switch (c->type) {
+    case MR_MODEL_MLP: return 2.0 * (784 * 1024 + 1024 * 1024 + 1024 * 10) * batch;
+    case MR_MODEL_CNN: return 2.0 * (28 * 28 * 32 * 9 * 1 + 14 * 14 * 64 * 9 * 32 + 3136 * 128 + 128 * 10) * batch;
+    case MR_MODEL_GPT: {
+        double d = (double)c->embd, T = (double)c->context, L = (double)c->layers, V = (double)c->vocab;
+        double per_tok = L * 2 * (3 * d * d + d * d + 8 * d * d) + 2 * d * V + L * 2 * 2 * T * d;
+        return per_tok * T * batch;
+    }
+    }
+    return 0;
+}
+
+static void run(const char *name, mr_model_cfg cfg, int64_t batch, int steps, int runs, int warmup) {
+    mr_params *ps = NULL;
+    mr_graph *g = NULL;
+    if (mr_params_new(&ps) || mr_graph_new(&g)) die("setup");
+    mr_nn nn;
+    memset(&nn, 0, sizeof nn);
+    nn.g = g;
+    nn.ps = ps;
+    nn.dtype = MR_F32;
+    mr_model_io io;
+    if (mr_model_build(&nn, &cfg, batch, &io) != MR_OK) die("build");
+    int32_t np = mr_graph_num_params(g);
+    mr_val *pv = calloc((size_t)np, sizeof *pv), *gv = calloc((size_t)np, sizeof *gv), *keep = calloc((size_t)np + 1, sizeof *keep);
+    for (int32_t i = 0; i < np; i++) pv[i] = mr_graph_param_at(g, i);
+    if (mr_graph_grad(g, io.loss, pv, np, gv) != MR_OK) die("grad");
+    keep[0] = io.loss;
+    for (int32_t i = 0; i < np; i++) keep[i + 1] = gv[i];
+    mr_plan *p = NULL;
+    if (mr_plan_new(g, MR_DEVICE_CPU, keep, np + 1, &p) != MR_OK) die("plan");
+    if (mr_params_alloc(ps) != MR_OK || mr_params_init(ps, 1) != MR_OK) die("params");
+    for (int32_t i = 0; i < np; i++) {
+        int32_t k = mr_params_find(ps, mr_graph_name(g, pv[i]));
+        if (mr_plan_bind(p, pv[i], mr_params_data(ps, k)) != MR_OK) die("bind param");
+        /* gradients land in the registry's contiguous buffer: one optimizer call updates all */
+        if (mr_plan_bind(p, gv[i], mr_params_grad(ps, k)) != MR_OK) die("bind grad");
+    }
+    mr_shape sx = mr_graph_shape(g, io.x), sy = mr_graph_shape(g, io.y);
+    int64_t nx = mr_shape_numel(&sx), ny = mr_shape_numel(&sy);
+    void *x = malloc((size_t)nx * 4);
+    int32_t *y = malloc((size_t)ny * 4);
+    mr_rng rng = mr_rng_init(7);
+    int64_t classes = cfg.type == MR_MODEL_GPT ? cfg.vocab : 10;
+    if (cfg.type == MR_MODEL_GPT) {
+        for (int64_t i = 0; i < nx; i++) ((int32_t *)x)[i] = (int32_t)(i * 7919 % classes);
+    } else if (mr_rng_normal(&rng, x, nx, 0, 1) != MR_OK) {
+        die("input");
+    }
+    for (int64_t i = 0; i < ny; i++) y[i] = (int32_t)(i * 104729 % classes);
+    if (mr_plan_bind(p, io.x, x) || mr_plan_bind(p, io.y, y)) die("bind io");
+
+    int64_t n = mr_params_buffer_numel(ps);
+    float *m1 = calloc((size_t)n, 4), *m2 = calloc((size_t)n, 4);
+    mr_op_args opt;
+    int adamw = cfg.type == MR_MODEL_GPT;
+    mr_op_args_init(&opt, adamw ? MR_OP_ADAMW_UPDATE : MR_OP_SGD_UPDATE);
+    opt.in[0] = (mr_view){mr_params_buffer(ps), MR_F32, mr_shape_1d(n)};
+    opt.in[1] = (mr_view){mr_params_grad_buffer(ps), MR_F32, mr_shape_1d(n)};
+    opt.in[2] = (mr_view){m1, MR_F32, mr_shape_1d(n)};
+    if (adamw) {
+        opt.in[3] = (mr_view){m2, MR_F32, mr_shape_1d(n)};
+        opt.p.adamw = (mr_adamw_params){3e-4, 0.9, 0.999, 1e-8, 0.1, 0};
+    } else {
+        opt.p.sgd = (mr_sgd_params){0.01, 0.9, 0.0, 0.0, 0, 1};
+    }
+    double *rates = calloc((size_t)runs, sizeof *rates);
+    float loss = 0;
+    int64_t step = 0;
+    for (int r = -1; r < runs; r++) {
+        int todo = r < 0 ? warmup : steps;
+        double t0 = now_s();
+        for (int s = 0; s < todo; s++) {
+            if (mr_plan_run(p) != MR_OK) die("run");
+            step++;
+            if (adamw) opt.p.adamw.step = step;
+            else opt.p.sgd.first_step = step == 1;
+            if (mr_op_run(MR_DEVICE_CPU, &opt) != MR_OK) die("optimizer");
+        }
+        loss = *(const float *)mr_plan_data(p, io.loss);
+        if (r >= 0) rates[r] = (double)todo * (double)batch / (now_s() - t0);
+    }
+    qsort(rates, (size_t)runs, sizeof *rates, cmp_double);
+    double sps = rates[runs / 2];
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double gflops = 3.0 * fwd_flops(&cfg, 1) * sps / 1e9;
+    printf("%-4s batch %4lld  %10.1f samples/s  %8.2f ms/step  ~%6.1f GFLOP/s  loss %.4f  arena %.1f MiB  "
+           "params %lld  peak RSS %.0f MiB%s\n",
+           name, (long long)batch, sps, 1e3 * batch / sps, gflops, loss, mr_plan_arena_bytes(p) / 1048576.0,
+           (long long)mr_params_total(ps), ru.ru_maxrss / 1024.0, "");
+    if (cfg.type == MR_MODEL_GPT) printf("%-4s = %.0f tokens/s\n", "", sps * (double)cfg.context);
+    fflush(stdout);
+    free(rates);
+    free(m1);
+    free(m2);
+    free(x);
+    free(y);
+    free(pv);
+    free(gv);
+    free(keep);
+    mr_plan_free(p);
+    mr_graph_free(g);
+    mr_params_free(ps);
+}
+
+int main(int argc, char **argv) {
+    const char *models = "mlp,cnn,gpt";
+    int steps = 30, runs = 3, warmup = 5;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--models")) models = argv[i + 1];
+        else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--runs")) runs = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--warmup")) warmup = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "bench_models: unknown flag %s\nHINT: --models mlp,cnn,gpt --steps N --runs R --warmup W\n",
+                    argv[i]);
+            return 2;
+        }
+    }
+    if (steps < 1 || runs < 1 || warmup < 0) {
+        fprintf(stderr, "bench_models: --steps and --runs must be >= 1\n");
+        return 2;
+    }
+    printf("# mirror training-step throughput, %d threads, GEMM: %s\n", mr_cpu_threads(), mr_cpu_gemm_provider());
+    if (strstr(models, "mlp")) run("mlp", mr_model_cfg_default(MR_MODEL_MLP), 256, steps, runs, warmup);
+    if (strstr(models, "cnn")) run("cnn", mr_model_cfg_default(MR_MODEL_CNN), 128, steps, runs, warmup);
+    if (strstr(models, "gpt")) run("gpt", mr_model_cfg_default(MR_MODEL_GPT), 32, steps, runs, warmup);
+    return 0;
+}
