@@ -20,6 +20,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include "core/ops.h"
 
 #ifdef __cplusplus
@@ -147,6 +148,11 @@ size_t mr_plan_arena_bytes(const mr_plan *p);
 size_t mr_plan_unshared_bytes(const mr_plan *p);
 /* Number of kernels one run launches. */
 int32_t mr_plan_num_kernels(const mr_plan *p);
+/* Times every kernel of later runs, summed per op (on a GPU each kernel is synchronised, which
+ * slows the run: for finding where time goes, not for production). Turning it on clears the
+ * counts. mr_plan_profile_report prints ms, calls and share per op, slowest first. */
+void mr_plan_set_profile(mr_plan *p, int on);
+void mr_plan_profile_report(const mr_plan *p, FILE *out);
 
 #ifdef __cplusplus
 }

@@ -14,8 +14,10 @@
 #include "autodiff/graph_impl.h"
 #include "core/backend_impl.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum { ALIGN = 64 };
 
@@ -51,6 +53,9 @@ struct mr_plan {
     int32_t npatches;
     int dirty;
     char (*names)[MR_NAME_MAX];
+    int profile;            /* time every kernel (mr_plan_set_profile) */
+    double op_seconds[MR_OP_COUNT];
+    int64_t op_calls[MR_OP_COUNT];
 };
 
 static size_t align_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
@@ -257,11 +262,48 @@ mr_status mr_plan_run(mr_plan *p) {
         }
         p->dirty = 0;
     }
+    if (!p->profile) {
+        for (int32_t n = 0; n < p->nnodes; n++) {
+            mr_status st = p->fns[n](&p->args[n]);
+            if (st != MR_OK) return st;
+        }
+        return MR_OK;
+    }
     for (int32_t n = 0; n < p->nnodes; n++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         mr_status st = p->fns[n](&p->args[n]);
         if (st != MR_OK) return st;
+        if (p->kind != MR_DEVICE_CPU) p->be->stream_sync(NULL); /* time the kernel, not its launch */
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        mr_op_id op = p->args[n].op;
+        p->op_seconds[op] += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        p->op_calls[op]++;
     }
     return MR_OK;
+}
+
+void mr_plan_set_profile(mr_plan *p, int on) {
+    p->profile = on;
+    memset(p->op_seconds, 0, sizeof p->op_seconds);
+    memset(p->op_calls, 0, sizeof p->op_calls);
+}
+
+void mr_plan_profile_report(const mr_plan *p, FILE *out) {
+    double total = 0;
+    for (int i = 0; i < MR_OP_COUNT; i++) total += p->op_seconds[i];
+    fprintf(out, "%-20s %10s %8s %7s\n", "op", "ms", "calls", "share");
+    for (;;) { /* descending by time, without sorting a copy */
+        int best = -1;
+        for (int i = 0; i < MR_OP_COUNT; i++)
+            if (p->op_calls[i] > 0 && (best < 0 || p->op_seconds[i] > p->op_seconds[best])) best = i;
+        if (best < 0) break;
+        fprintf(out, "%-20s %10.2f %8lld %6.1f%%\n", mr_op_get((mr_op_id)best)->name, 1e3 * p->op_seconds[best],
+                (long long)p->op_calls[best], total > 0 ? 100.0 * p->op_seconds[best] / total : 0.0);
+        ((mr_plan *)p)->op_calls[best] = -p->op_calls[best]; /* mark printed */
+    }
+    for (int i = 0; i < MR_OP_COUNT; i++)
+        if (p->op_calls[i] < 0) ((mr_plan *)p)->op_calls[i] = -p->op_calls[i];
 }
 
 void *mr_plan_data(const mr_plan *p, mr_val v) {

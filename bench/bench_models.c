@@ -7,7 +7,8 @@
  * Reports the median samples/s (tokens/s for gpt) over runs, the analytic training GFLOP/s
  * (3x the forward matmul/conv FLOPs, as torch_bench.py counts them) as a fraction of the
  * measured peak, the planned activation arena, and the process's peak RSS.
- * Usage: bench_models [--models mlp,cnn,gpt] [--steps N] [--runs R] [--warmup W] */
+ * Usage: bench_models [--models mlp,cnn,gpt] [--steps N] [--runs R] [--warmup W]
+ * MIRROR_PROFILE=1 adds a per-op time breakdown of the forward+backward graph. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,6 +118,12 @@ static void run(const char *name, mr_model_cfg cfg, int64_t batch, int steps, in
         }
         loss = *(const float *)mr_plan_data(p, io.loss);
         if (r >= 0) rates[r] = (double)todo * (double)batch / (now_s() - t0);
+    }
+    if (getenv("MIRROR_PROFILE")) {
+        mr_plan_set_profile(p, 1);
+        for (int s = 0; s < steps; s++)
+            if (mr_plan_run(p) != MR_OK) die("run");
+        mr_plan_profile_report(p, stdout);
     }
     qsort(rates, (size_t)runs, sizeof *rates, cmp_double);
     double sps = rates[runs / 2];

@@ -353,6 +353,13 @@ mr_status mr_gemm_fwd_cpu(const mr_op_args *a) {
         mr_cpu_sgemm(0, p->trans_b, batch * m, n, k, (float)p->alpha, A, lda, B, ldb, (float)p->beta, C, n);
         return MR_OK;
     }
+    /* Many small GEMMs (attention: batch*heads of TxD by DxT) are shared out whole, one per
+     * thread (each then runs single-threaded inside the region); one big one threads inside. */
+    int par = batch > 1 && (double)m * (double)n * (double)k < 4e6;
+#ifdef _OPENMP
+    par = par && !omp_in_parallel();
+#endif
+#pragma omp parallel for schedule(static) if (par)
     for (int64_t bi = 0; bi < batch; bi++)
         mr_cpu_sgemm(p->trans_a, p->trans_b, m, n, k, (float)p->alpha, A + bi * m * k, lda,
                      B + (b_shared ? 0 : bi * k * n), ldb, (float)p->beta, C + bi * m * n, n);

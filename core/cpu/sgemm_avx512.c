@@ -77,9 +77,34 @@ static void release_bufs(pack_bufs *b) {
     pthread_mutex_unlock(&g_pool_lock);
 }
 
+/* Transposes the 16x16 block r[0..16) in registers (r[i] lane j -> r[j] lane i). */
+__attribute__((target("avx512f"))) static inline void transpose16(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int h = 0; h < 16; h += 8)
+        for (int i = 0; i < 4; i++) {
+            t[h + i] = _mm512_shuffle_f32x4(u[h + i], u[h + 4 + i], 0x88);
+            t[h + 4 + i] = _mm512_shuffle_f32x4(u[h + i], u[h + 4 + i], 0xDD);
+        }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+        r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD);
+    }
+}
+
 /* Packs op(A)[i0:i0+mc, p0:p0+kc] into micro-panels of MR rows: ap[panel][k][r], zero padded.
- * Untransposed A is a strided gather (one masked 16-lane gather per k); transposed A is a
- * contiguous masked load. */
+ * Untransposed A: 16 k at a time, 14 rows loaded contiguously and transposed in registers (a
+ * strided gather per k cost ~12% of a GPT training step); the k tail with a masked gather.
+ * Transposed A is a contiguous masked load per k. */
 __attribute__((target("avx512f"))) static void pack_a(int trans_a, const float *a, int64_t lda, int64_t i0,
                                                        int64_t p0, int mc, int kc, float *ap) {
     for (int ir = 0; ir < mc; ir += MR) {
@@ -88,16 +113,25 @@ __attribute__((target("avx512f"))) static void pack_a(int trans_a, const float *
         __mmask16 m = (__mmask16)((1u << mr) - 1u);
         if (!trans_a) {
             const float *base = a + (i0 + ir) * lda + p0;
-            if (lda <= INT32_MAX / MR) {
-                __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                                 _mm512_set1_epi32((int)lda));
-                for (int k = 0; k < kc; k++) {
-                    __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, base + k, 4);
-                    _mm512_mask_storeu_ps(dst + k * MR, (__mmask16)0x3fff, v);
+            int k = 0;
+            for (; k + 16 <= kc; k += 16) {
+                __m512 r[16];
+                for (int i = 0; i < 16; i++) r[i] = i < mr ? _mm512_loadu_ps(base + i * lda + k) : _mm512_setzero_ps();
+                transpose16(r);
+                for (int j = 0; j < 16; j++) _mm512_mask_storeu_ps(dst + (k + j) * MR, (__mmask16)0x3fff, r[j]);
+            }
+            if (k < kc) {
+                if (lda <= INT32_MAX / MR) {
+                    __m512i idx = _mm512_mullo_epi32(
+                        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32((int)lda));
+                    for (; k < kc; k++) {
+                        __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, base + k, 4);
+                        _mm512_mask_storeu_ps(dst + k * MR, (__mmask16)0x3fff, v);
+                    }
+                } else {
+                    for (; k < kc; k++)
+                        for (int r = 0; r < MR; r++) dst[k * MR + r] = r < mr ? base[r * lda + k] : 0.0f;
                 }
-            } else {
-                for (int k = 0; k < kc; k++)
-                    for (int r = 0; r < MR; r++) dst[k * MR + r] = r < mr ? base[r * lda + k] : 0.0f;
             }
         } else {
             for (int k = 0; k < kc; k++) {

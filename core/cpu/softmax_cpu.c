@@ -4,6 +4,7 @@
  * the output needs them), then a last pass scales. Each row is summed by one thread in a fixed
  * order, so results do not depend on the thread count. */
 #include "core/ops_impl.h"
+#include "core/cpu/cpu_impl.h"
 
 #include <math.h>
 
@@ -17,24 +18,64 @@ static mr_status f32_only(const mr_op_args *a, mr_dtype dt) {
     return mr_op_error(a, "the CPU kernel takes f32 or f64, got %s", mr_dtype_name(dt));
 }
 
-static inline float row_max(const float *restrict x, int64_t c) {
-    float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-    for (int64_t j = 0; j < c; j++) m = x[j] > m ? x[j] : m;
-    return m;
-}
-
-/* p[j] = exp(x[j] - m); returns their sum. */
-static inline float row_exp(const float *restrict x, float *restrict p, int64_t c, float m) {
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < c; j++) {
-        float e = expf(x[j] - m);
-        p[j] = e;
-        s += e;
+/* The row loops are compiled twice, for the baseline ISA and for AVX-512 (libmvec's 16-wide
+ * expf), and picked at run time from CPUID (softmax over attention rows: ~3x faster exp). */
+#define DEFINE_SOFTMAX_ROWS(SUF, ATTR)                                                              \
+    ATTR static float row_max_##SUF(const float *restrict x, int64_t c) {                           \
+        float m = -INFINITY;                                                                        \
+        _Pragma("omp simd reduction(max : m)") for (int64_t j = 0; j < c; j++) m = x[j] > m ? x[j] : m; \
+        return m;                                                                                   \
+    }                                                                                               \
+    /* p[j] = exp(x[j] - m); returns their sum */                                                   \
+    ATTR static float row_exp_##SUF(const float *restrict x, float *restrict p, int64_t c, float m) { \
+        float s = 0.0f;                                                                             \
+        _Pragma("omp simd reduction(+ : s)") for (int64_t j = 0; j < c; j++) {                      \
+            float e = expf(x[j] - m);                                                               \
+            p[j] = e;                                                                               \
+            s += e;                                                                                 \
+        }                                                                                           \
+        return s;                                                                                   \
+    }                                                                                               \
+    ATTR static void softmax_row_##SUF(const float *restrict x, float *restrict y, int64_t c, int log_sm) { \
+        float m = row_max_##SUF(x, c);                                                              \
+        if (log_sm) {                                                                               \
+            float s = 0.0f;                                                                         \
+            _Pragma("omp simd reduction(+ : s)") for (int64_t j = 0; j < c; j++) s += expf(x[j] - m); \
+            /* (x - m) first: it is exact near the max, where m + log(s) would round */             \
+            const float ls = logf(s);                                                               \
+            _Pragma("omp simd") for (int64_t j = 0; j < c; j++) y[j] = (x[j] - m) - ls;             \
+        } else {                                                                                    \
+            const float inv = 1.0f / row_exp_##SUF(x, y, c, m);                                     \
+            _Pragma("omp simd") for (int64_t j = 0; j < c; j++) y[j] *= inv;                        \
+        }                                                                                           \
+    }                                                                                               \
+    ATTR static void softmax_bwd_row_##SUF(const float *restrict y, const float *restrict g,        \
+                                           float *restrict dx, int64_t c, int log_sm) {             \
+        float s = 0.0f;                                                                             \
+        if (log_sm) {                                                                               \
+            _Pragma("omp simd reduction(+ : s)") for (int64_t j = 0; j < c; j++) s += g[j];         \
+            _Pragma("omp simd") for (int64_t j = 0; j < c; j++) dx[j] = g[j] - expf(y[j]) * s;      \
+        } else {                                                                                    \
+            _Pragma("omp simd reduction(+ : s)") for (int64_t j = 0; j < c; j++) s += g[j] * y[j];  \
+            _Pragma("omp simd") for (int64_t j = 0; j < c; j++) dx[j] = y[j] * (g[j] - s);          \
+        }                                                                                           \
+    }                                                                                               \
+    /* probabilities into p; returns the loss term logsumexp(x) - x[label] (0 when ignored) */    \
+    ATTR static float xent_row_##SUF(const float *restrict x, float *restrict p, int64_t c, int32_t lab, \
+                                     int ignored) {                                                 \
+        float m = row_max_##SUF(x, c);                                                              \
+        float s = row_exp_##SUF(x, p, c, m);                                                        \
+        const float inv = 1.0f / s;                                                                 \
+        _Pragma("omp simd") for (int64_t j = 0; j < c; j++) p[j] *= inv;                            \
+        return ignored ? 0.0f : (m - x[lab]) + logf(s);                                             \
     }
-    return s;
-}
+
+DEFINE_SOFTMAX_ROWS(def, )
+DEFINE_SOFTMAX_ROWS(512, __attribute__((target("avx512f"))))
+
+typedef void (*softmax_row_fn)(const float *, float *, int64_t, int);
+typedef void (*softmax_bwd_row_fn)(const float *, const float *, float *, int64_t, int);
+typedef float (*xent_row_fn)(const float *, float *, int64_t, int32_t, int);
 
 /* x (rows, cols) -> y (rows, cols) */
 mr_status mr_softmax_fwd_cpu(const mr_op_args *a) {
@@ -46,25 +87,9 @@ mr_status mr_softmax_fwd_cpu(const mr_op_args *a) {
     float *Y = a->out[0].data;
     const int log_sm = a->op == MR_OP_LOG_SOFTMAX;
     if (cols == 0) return MR_OK;
+    softmax_row_fn row = mr_cpu_caps_get()->avx512f ? softmax_row_512 : softmax_row_def;
 #pragma omp parallel for schedule(static) if (rows * cols > SM_PAR_MIN)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *restrict x = X + r * cols;
-        float *restrict y = Y + r * cols;
-        float m = row_max(x, cols);
-        if (log_sm) {
-            float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-            for (int64_t j = 0; j < cols; j++) s += expf(x[j] - m);
-            /* (x - m) first: it is exact near the max, where m + log(s) would round */
-            const float ls = logf(s);
-#pragma omp simd
-            for (int64_t j = 0; j < cols; j++) y[j] = (x[j] - m) - ls;
-        } else {
-            const float inv = 1.0f / row_exp(x, y, cols, m);
-#pragma omp simd
-            for (int64_t j = 0; j < cols; j++) y[j] *= inv;
-        }
-    }
+    for (int64_t r = 0; r < rows; r++) row(X + r * cols, Y + r * cols, cols, log_sm);
     return MR_OK;
 }
 
@@ -77,23 +102,9 @@ mr_status mr_softmax_bwd_cpu(const mr_op_args *a) {
     const float *Y = a->in[0].data, *G = a->in[1].data;
     float *DX = a->out[0].data;
     const int log_sm = a->op == MR_OP_LOG_SOFTMAX_BWD;
+    softmax_bwd_row_fn row = mr_cpu_caps_get()->avx512f ? softmax_bwd_row_512 : softmax_bwd_row_def;
 #pragma omp parallel for schedule(static) if (rows * cols > SM_PAR_MIN)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *restrict y = Y + r * cols, *restrict g = G + r * cols;
-        float *restrict dx = DX + r * cols;
-        float s = 0.0f;
-        if (log_sm) {
-#pragma omp simd reduction(+ : s)
-            for (int64_t j = 0; j < cols; j++) s += g[j];
-#pragma omp simd
-            for (int64_t j = 0; j < cols; j++) dx[j] = g[j] - expf(y[j]) * s;
-        } else {
-#pragma omp simd reduction(+ : s)
-            for (int64_t j = 0; j < cols; j++) s += g[j] * y[j];
-#pragma omp simd
-            for (int64_t j = 0; j < cols; j++) dx[j] = y[j] * (g[j] - s);
-        }
-    }
+    for (int64_t r = 0; r < rows; r++) row(Y + r * cols, G + r * cols, DX + r * cols, cols, log_sm);
     return MR_OK;
 }
 
@@ -108,17 +119,9 @@ mr_status mr_xent_fwd_cpu(const mr_op_args *a) {
     const float *X = a->in[0].data;
     float *L = a->out[0].data, *P = a->out[1].data;
     const int64_t ign = a->p.xent.ignore_index;
+    xent_row_fn row = mr_cpu_caps_get()->avx512f ? xent_row_512 : xent_row_def;
 #pragma omp parallel for schedule(static) if (n * c > SM_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        const float *restrict x = X + i * c;
-        float *restrict p = P + i * c;
-        float m = row_max(x, c);
-        float s = row_exp(x, p, c, m);
-        const float inv = 1.0f / s;
-#pragma omp simd
-        for (int64_t j = 0; j < c; j++) p[j] *= inv;
-        L[i] = lab[i] == ign ? 0.0f : (m - x[lab[i]]) + logf(s);
-    }
+    for (int64_t i = 0; i < n; i++) L[i] = row(X + i * c, P + i * c, c, lab[i], lab[i] == ign);
     return MR_OK;
 }
 
