@@ -19,7 +19,7 @@ const mr_cpu_caps *mr_cpu_caps_get(void);
 
 /* Row-major single-precision GEMM through the provider chosen at first use:
  * C (m,n) = alpha * op(A) * op(B) + beta * C, with row strides lda/ldb/ldc in elements.
- * Called from inside an OpenMP parallel region it runs on the calling thread only.
+ * Called from inside an OpenMP parallel region (active or not) it runs on the calling thread only.
  * Never fails: the built-in kernel is the last resort. */
 void mr_cpu_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                   int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);

@@ -240,7 +240,7 @@ static void sgemm_openblas_blocks(int trans_a, int trans_b, int64_t m, int64_t n
     int64_t ncb = (n + bc - 1) / bc, nrb = (m + br - 1) / br, total = ncb * nrb;
     int par = total > 1;
 #ifdef _OPENMP
-    par = par && !omp_in_parallel();
+    par = par && omp_get_level() == 0;
 #endif
 #pragma omp parallel for schedule(dynamic, 1) if (par)
     for (int64_t u = 0; u < total; u++) {
@@ -280,7 +280,7 @@ void mr_cpu_sgemm_builtin(int trans_a, int trans_b, int64_t m, int64_t n, int64_
     if (k == 0 || alpha == 0.0f) return;
     int par = 1;
 #ifdef _OPENMP
-    par = !omp_in_parallel();
+    par = omp_get_level() == 0;
 #endif
     for (int64_t j0 = 0; j0 < n; j0 += BI_NC) {
         int64_t nb = n - j0 < BI_NC ? n - j0 : BI_NC;
@@ -357,11 +357,19 @@ mr_status mr_gemm_fwd_cpu(const mr_op_args *a) {
      * thread (each then runs single-threaded inside the region); one big one threads inside. */
     int par = batch > 1 && (double)m * (double)n * (double)k < 4e6;
 #ifdef _OPENMP
-    par = par && !omp_in_parallel();
+    par = par && omp_get_level() == 0;
 #endif
-#pragma omp parallel for schedule(static) if (par)
-    for (int64_t bi = 0; bi < batch; bi++)
-        mr_cpu_sgemm(p->trans_a, p->trans_b, m, n, k, (float)p->alpha, A + bi * m * k, lda,
-                     B + (b_shared ? 0 : bi * k * n), ldb, (float)p->beta, C + bi * m * n, n);
+    /* Not `parallel for if (par)`: an inactive region would make each GEMM's own threading a
+     * nested team, which libgomp builds anew on every call (MLP training ran 2.5x slower). */
+    if (par) {
+#pragma omp parallel for schedule(static)
+        for (int64_t bi = 0; bi < batch; bi++)
+            mr_cpu_sgemm(p->trans_a, p->trans_b, m, n, k, (float)p->alpha, A + bi * m * k, lda,
+                         B + (b_shared ? 0 : bi * k * n), ldb, (float)p->beta, C + bi * m * n, n);
+    } else {
+        for (int64_t bi = 0; bi < batch; bi++)
+            mr_cpu_sgemm(p->trans_a, p->trans_b, m, n, k, (float)p->alpha, A + bi * m * k, lda,
+                         B + (b_shared ? 0 : bi * k * n), ldb, (float)p->beta, C + bi * m * n, n);
+    }
     return MR_OK;
 }

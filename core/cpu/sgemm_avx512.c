@@ -251,7 +251,9 @@ int mr_cpu_sgemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, int64_t 
     if (m <= 0 || n <= 0 || k <= 0) return 0; /* the caller handles the degenerate cases */
     int nthreads = 1;
 #ifdef _OPENMP
-    if (!omp_in_parallel()) nthreads = omp_get_max_threads();
+    /* inside any parallel region, active or not (an if clause that came out false), stay on this
+     * thread: a team started there would be a nested one, which libgomp builds anew each call */
+    if (omp_get_level() == 0) nthreads = omp_get_max_threads();
 #endif
     /* Too little work to share: one thread. */
     if ((double)m * (double)n * (double)k < 2e6) nthreads = 1;
