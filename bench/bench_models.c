@@ -121,10 +121,15 @@ static void run(const char *name, mr_model_cfg cfg, int64_t batch, int steps, in
         if (r >= 0) rates[r] = (double)todo * (double)batch / (now_s() - t0);
     }
     if (getenv("MIRROR_PROFILE")) {
+        struct rusage r0, r1;
+        getrusage(RUSAGE_SELF, &r0);
         mr_plan_set_profile(p, 1);
         for (int s = 0; s < steps; s++)
             if (mr_plan_run(p) != MR_OK) die("run");
+        getrusage(RUSAGE_SELF, &r1);
         mr_plan_profile_report(p, stdout);
+        printf("page faults during the profiled steps: %ld minor, %ld major\n", r1.ru_minflt - r0.ru_minflt,
+               r1.ru_majflt - r0.ru_majflt);
     }
     qsort(rates, (size_t)runs, sizeof *rates, cmp_double);
     double sps = rates[runs / 2];

@@ -3,11 +3,75 @@
  * the backward scatter never races and adds in window order whatever the thread count. Window
  * rules (ties, NaN, padding) are those of core/ref/pool_ref.c. */
 #include "core/ops_impl.h"
+#include "core/cpu/cpu_impl.h"
 
+#include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
 #define POOL_PAR_MIN 32768
+
+/* The CNNs' common case, 2x2 windows at stride 2 without padding (the general loop below ran
+ * at ~2 ns per input element). Same rules as the reference: the first maximal element wins, a
+ * NaN wins over numbers and the first NaN stays. One output row at a time; the AVX-512 copy
+ * takes 16 windows per step (even/odd columns split with permutes, the rule as mask selects). */
+static void pool22_plane_def(const float *restrict xp, float *restrict yp, int32_t *restrict ap, int64_t w,
+                             int64_t oh, int64_t ow) {
+    for (int64_t i = 0; i < oh; i++)
+        for (int64_t j = 0; j < ow; j++) {
+            const int64_t base = 2 * i * w + 2 * j, ids[4] = {base, base + 1, base + w, base + w + 1};
+            float best = xp[ids[0]];
+            int64_t arg = ids[0];
+            for (int t = 1; t < 4; t++) {
+                float v = xp[ids[t]];
+                if (best == best && (v > best || v != v)) {
+                    best = v;
+                    arg = ids[t];
+                }
+            }
+            yp[i * ow + j] = best;
+            ap[i * ow + j] = (int32_t)arg;
+        }
+}
+
+__attribute__((target("avx512f"))) static void pool22_plane_512(const float *restrict xp, float *restrict yp,
+                                                                 int32_t *restrict ap, int64_t w, int64_t oh,
+                                                                 int64_t ow) {
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    const __m512i lane2 = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    for (int64_t i = 0; i < oh; i++) {
+        const float *r0 = xp + 2 * i * w, *r1 = r0 + w;
+        for (int64_t j = 0; j < ow; j += 16) {
+            int64_t n = ow - j < 16 ? ow - j : 16;
+            __mmask16 m = (__mmask16)((1u << n) - 1u);
+            /* 2n input columns: two masked loads of 16 */
+            __mmask16 mlo = n >= 8 ? (__mmask16)0xffff : (__mmask16)((1u << (2 * n)) - 1u);
+            __mmask16 mhi = n > 8 ? (__mmask16)((1u << (2 * n - 16)) - 1u) : 0;
+            if (n == 16) mhi = 0xffff;
+            __m512 a0 = _mm512_maskz_loadu_ps(mlo, r0 + 2 * j), a1 = _mm512_maskz_loadu_ps(mhi, r0 + 2 * j + 16);
+            __m512 b0 = _mm512_maskz_loadu_ps(mlo, r1 + 2 * j), b1 = _mm512_maskz_loadu_ps(mhi, r1 + 2 * j + 16);
+            __m512 v[4] = {_mm512_permutex2var_ps(a0, even, a1), _mm512_permutex2var_ps(a0, odd, a1),
+                           _mm512_permutex2var_ps(b0, even, b1), _mm512_permutex2var_ps(b0, odd, b1)};
+            __m512i base = _mm512_add_epi32(_mm512_set1_epi32((int32_t)(2 * i * w + 2 * j)), lane2);
+            __m512i id[4] = {base, _mm512_add_epi32(base, _mm512_set1_epi32(1)),
+                             _mm512_add_epi32(base, _mm512_set1_epi32((int32_t)w)),
+                             _mm512_add_epi32(base, _mm512_set1_epi32((int32_t)w + 1))};
+            __m512 best = v[0];
+            __m512i arg = id[0];
+            for (int t = 1; t < 4; t++) {
+                __mmask16 ord = _mm512_cmp_ps_mask(best, best, _CMP_ORD_Q);
+                __mmask16 gt = _mm512_cmp_ps_mask(v[t], best, _CMP_GT_OQ);
+                __mmask16 nan = _mm512_cmp_ps_mask(v[t], v[t], _CMP_UNORD_Q);
+                __mmask16 upd = ord & (gt | nan);
+                best = _mm512_mask_mov_ps(best, upd, v[t]);
+                arg = _mm512_mask_mov_epi32(arg, upd, id[t]);
+            }
+            _mm512_mask_storeu_ps(yp + i * ow + j, m, best);
+            _mm512_mask_storeu_epi32(ap + i * ow + j, m, arg);
+        }
+    }
+}
 
 mr_status mr_maxpool2d_fwd_cpu(const mr_op_args *a) {
     if (mr_op_is_f64(a)) return mr_maxpool2d_fwd_ref(a);
@@ -21,6 +85,13 @@ mr_status mr_maxpool2d_fwd_cpu(const mr_op_args *a) {
     const float *x = a->in[0].data;
     float *y = a->out[0].data;
     int32_t *am = a->out[1].data;
+    if (kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0) {
+        void (*plane)(const float *, float *, int32_t *, int64_t, int64_t, int64_t) =
+            mr_cpu_caps_get()->avx512f && w <= INT32_MAX / 4 ? pool22_plane_512 : pool22_plane_def;
+#pragma omp parallel for schedule(static) if (planes * oh * ow * 4 > POOL_PAR_MIN)
+        for (int64_t pl = 0; pl < planes; pl++) plane(x + pl * h * w, y + pl * oh * ow, am + pl * oh * ow, w, oh, ow);
+        return MR_OK;
+    }
 #pragma omp parallel for schedule(static) if (planes * oh * ow * kh * kw > POOL_PAR_MIN)
     for (int64_t pl = 0; pl < planes; pl++) {
         const float *xp = x + pl * h * w;

@@ -34,6 +34,8 @@ static void test_pool_vs_ref(void **state) {
     const pool_case cases[] = {
         {4, 32, 28, 28, 2, 2, 2, 2, 0, 0}, /* CNN pool1 */
         {4, 64, 14, 14, 2, 2, 2, 2, 0, 0}, /* CNN pool2 */
+        {2, 3, 7, 37, 2, 2, 2, 2, 0, 0},   /* 2x2 fast path: odd sizes, a 2-window tail of 16 */
+        {1, 2, 4, 66, 2, 2, 2, 2, 0, 0},   /* 2x2 fast path: 33 windows a row */
         {2, 3, 7, 9, 3, 3, 2, 2, 1, 1},    /* overlapping, padded, odd sizes */
         {1, 1, 1, 1, 1, 1, 1, 1, 0, 0},    /* everything 1 */
         {3, 2, 5, 8, 2, 4, 1, 3, 1, 2},    /* non-square kernel, stride, padding */
