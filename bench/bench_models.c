@@ -10,7 +10,6 @@
  * Usage: bench_models [--models mlp,cnn,gpt] [--steps N] [--runs R] [--warmup W]
  * MIRROR_PROFILE=1 adds a per-op time breakdown of the forward+backward graph. */
 #include <math.h>
-#include <xmmintrin.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,10 +171,6 @@ int main(int argc, char **argv) {
     if (steps < 1 || runs < 1 || warmup < 0) {
         fprintf(stderr, "bench_models: --steps and --runs must be >= 1\n");
         return 2;
-    }
-    if (getenv("FTZ_TEST")) {
-#pragma omp parallel
-        _mm_setcsr(_mm_getcsr() | 0x8040);
     }
     printf("# mirror training-step throughput, %d threads, GEMM: %s\n", mr_cpu_threads(), mr_cpu_gemm_provider());
     if (strstr(models, "mlp")) run("mlp", mr_model_cfg_default(MR_MODEL_MLP), 256, steps, runs, warmup);

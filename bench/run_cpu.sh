@@ -6,9 +6,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-if [ ! -x build/bench/bench_cpu ]; then
-    { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j "$(nproc)" --target bench_cpu; } >&2
-fi
+# (re)build: an incremental build is quick, and a stale binary would measure old code
+{ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j "$(nproc)" --target bench_cpu; } >&2
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 build/bench/bench_cpu "$@" | tee "$out"

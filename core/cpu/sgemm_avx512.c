@@ -227,8 +227,11 @@ static void gemm_block(int trans_a, int trans_b, int64_t i_begin, int64_t i_end,
                        float *c, int64_t ldc, pack_bufs *bufs) {
     for (int64_t j0 = j_begin; j0 < j_end; j0 += NC) {
         int nc = (int)(j_end - j0 < NC ? j_end - j0 : NC);
-        for (int64_t p0 = 0; p0 < k; p0 += KC) {
-            int kc = (int)(k - p0 < KC ? k - p0 : KC);
+        /* k blocks of equal size (784 = 4 x 196, not 3 x 256 + a 16 whose C updates cost more
+         * than its FMAs) */
+        const int64_t kblocks = (k + KC - 1) / KC, kstep = (k + kblocks - 1) / kblocks;
+        for (int64_t p0 = 0; p0 < k; p0 += kstep) {
+            int kc = (int)(k - p0 < kstep ? k - p0 : kstep);
             pack_b(trans_b, b, ldb, p0, j0, kc, nc, bufs->bp);
             for (int64_t i0 = i_begin; i0 < i_end; i0 += MC) {
                 int mc = (int)(i_end - i0 < MC ? i_end - i0 : MC);
