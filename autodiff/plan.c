@@ -238,6 +238,10 @@ fail:
 }
 
 mr_status mr_plan_bind(mr_plan *p, mr_val v, void *data) {
+    /* a view covering all of its root's bytes binds the root */
+    if (v.id > 0 && v.id < p->nvals && p->vi[v.id].root != v.id && p->vi[v.id].view_off == 0 &&
+        p->vi[v.id].bytes == p->vi[p->vi[v.id].root].bytes)
+        v.id = p->vi[v.id].root;
     if (v.id <= 0 || v.id >= p->nvals || p->vi[v.id].root != v.id ||
         (p->vi[v.id].src != SRC_EXTERNAL && p->vi[v.id].last != p->nnodes))
         return mr_set_error(MR_ERR_INVALID, "plan: value %d is not an input, param or kept output of this plan",

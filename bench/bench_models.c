@@ -18,13 +18,13 @@
 
 #include "core/ops.h"
 #include "core/rng.h"
+#include "autodiff/steps.h"
+#include "bench_peak.h"
 #include "models/models.h"
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
+static double now_s(void) { return bench_now_s(); }
+
+static double g_peak; /* measured fp32 GFLOP/s of this machine, this run */
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -51,30 +51,14 @@ static double fwd_flops(const mr_model_cfg *c, int64_t batch) {
 
 static void run(const char *name, mr_model_cfg cfg, int64_t batch, int steps, int runs, int warmup) {
     mr_params *ps = NULL;
-    mr_graph *g = NULL;
-    if (mr_params_new(&ps) || mr_graph_new(&g)) die("setup");
-    mr_nn nn;
-    memset(&nn, 0, sizeof nn);
-    nn.g = g;
-    nn.ps = ps;
-    nn.dtype = MR_F32;
-    mr_model_io io;
-    if (mr_model_build(&nn, &cfg, batch, &io) != MR_OK) die("build");
-    int32_t np = mr_graph_num_params(g);
-    mr_val *pv = calloc((size_t)np, sizeof *pv), *gv = calloc((size_t)np, sizeof *gv), *keep = calloc((size_t)np + 1, sizeof *keep);
-    for (int32_t i = 0; i < np; i++) pv[i] = mr_graph_param_at(g, i);
-    if (mr_graph_grad(g, io.loss, pv, np, gv) != MR_OK) die("grad");
-    keep[0] = io.loss;
-    for (int32_t i = 0; i < np; i++) keep[i + 1] = gv[i];
-    mr_plan *p = NULL;
-    if (mr_plan_new(g, MR_DEVICE_CPU, keep, np + 1, &p) != MR_OK) die("plan");
-    if (mr_params_alloc(ps) != MR_OK || mr_params_init(ps, 1) != MR_OK) die("params");
-    for (int32_t i = 0; i < np; i++) {
-        int32_t k = mr_params_find(ps, mr_graph_name(g, pv[i]));
-        if (mr_plan_bind(p, pv[i], mr_params_data(ps, k)) != MR_OK) die("bind param");
-        /* gradients land in the registry's contiguous buffer: one optimizer call updates all */
-        if (mr_plan_bind(p, gv[i], mr_params_grad(ps, k)) != MR_OK) die("bind grad");
-    }
+    mr_steps *cache = NULL;
+    mr_step *st = NULL;
+    if (mr_params_new(&ps) || mr_steps_new(mr_model_step_build, &cfg, ps, MR_DEVICE_CPU, &cache)) die("setup");
+    if (mr_steps_get(cache, batch, 1, &st) != MR_OK) die("compile");
+    if (mr_params_init(ps, 1) != MR_OK) die("params");
+    mr_plan *p = st->plan;
+    mr_graph *g = st->g;
+    mr_step_io io = st->io;
     mr_shape sx = mr_graph_shape(g, io.x), sy = mr_graph_shape(g, io.y);
     int64_t nx = mr_shape_numel(&sx), ny = mr_shape_numel(&sy);
     void *x = malloc((size_t)nx * 4);
@@ -135,10 +119,10 @@ static void run(const char *name, mr_model_cfg cfg, int64_t batch, int steps, in
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double gflops = 3.0 * fwd_flops(&cfg, 1) * sps / 1e9;
-    printf("%-4s batch %4lld  %10.1f samples/s  %8.2f ms/step  ~%6.1f GFLOP/s  loss %.4f  arena %.1f MiB  "
-           "params %lld  peak RSS %.0f MiB%s\n",
-           name, (long long)batch, sps, 1e3 * batch / sps, gflops, loss, mr_plan_arena_bytes(p) / 1048576.0,
-           (long long)mr_params_total(ps), ru.ru_maxrss / 1024.0, "");
+    printf("%-4s batch %4lld  %10.1f samples/s  %8.2f ms/step  ~%6.1f GFLOP/s (%.0f%% of peak)  loss %.4f  "
+           "arena %.1f MiB  params %lld  peak RSS %.0f MiB\n",
+           name, (long long)batch, sps, 1e3 * batch / sps, gflops, 100.0 * gflops / g_peak, loss,
+           mr_plan_arena_bytes(p) / 1048576.0, (long long)mr_params_total(ps), ru.ru_maxrss / 1024.0);
     if (cfg.type == MR_MODEL_GPT) printf("%-4s = %.0f tokens/s\n", "", sps * (double)cfg.context);
     fflush(stdout);
     free(rates);
@@ -146,11 +130,7 @@ static void run(const char *name, mr_model_cfg cfg, int64_t batch, int steps, in
     free(m2);
     free(x);
     free(y);
-    free(pv);
-    free(gv);
-    free(keep);
-    mr_plan_free(p);
-    mr_graph_free(g);
+    mr_steps_free(cache);
     mr_params_free(ps);
 }
 
@@ -172,7 +152,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_models: --steps and --runs must be >= 1\n");
         return 2;
     }
-    printf("# mirror training-step throughput, %d threads, GEMM: %s\n", mr_cpu_threads(), mr_cpu_gemm_provider());
+    g_peak = peak_fp32(mr_cpu_threads());
+    printf("# mirror training-step throughput, %d threads, GEMM: %s, measured fp32 peak %.0f GFLOP/s\n",
+           mr_cpu_threads(), mr_cpu_gemm_provider(), g_peak);
     if (strstr(models, "mlp")) run("mlp", mr_model_cfg_default(MR_MODEL_MLP), 256, steps, runs, warmup);
     if (strstr(models, "cnn")) run("cnn", mr_model_cfg_default(MR_MODEL_CNN), 128, steps, runs, warmup);
     if (strstr(models, "gpt")) run("gpt", mr_model_cfg_default(MR_MODEL_GPT), 32, steps, runs, warmup);

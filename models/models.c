@@ -1,5 +1,6 @@
 /* MLP, CNN and GPT-2 graphs (see models.h). */
 #include "models/models.h"
+#include "autodiff/steps.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -145,4 +146,15 @@ mr_status mr_model_build(mr_nn *nn, const mr_model_cfg *cfg, int64_t batch, mr_m
     st = mr_graph_status(nn->g);
     if (st != MR_OK) mr_set_error(st, "%s", mr_graph_error(nn->g));
     return st;
+}
+
+mr_status mr_model_step_build(const void *cfg, mr_nn *nn, int64_t batch, mr_step_io *io) {
+    mr_model_io m;
+    mr_status st = mr_model_build(nn, cfg, batch, &m);
+    if (st != MR_OK) return st;
+    io->x = m.x;
+    io->y = m.y;
+    io->out = m.logits;
+    io->loss = m.loss;
+    return MR_OK;
 }

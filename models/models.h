@@ -46,6 +46,10 @@ typedef struct mr_model_io {
  * (the message names the field) or the graph's build error. */
 mr_status mr_model_build(mr_nn *nn, const mr_model_cfg *cfg, int64_t batch, mr_model_io *io) MR_WUR;
 
+/* An mr_step_build_fn (autodiff/steps.h) for a model: ctx is the mr_model_cfg. */
+struct mr_step_io;
+mr_status mr_model_step_build(const void *cfg, mr_nn *nn, int64_t batch, struct mr_step_io *io) MR_WUR;
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,126 @@
+/* The compiled-step cache (see steps.h). */
+#include "autodiff/steps.h"
+#include "core/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct mr_steps {
+    mr_step_build_fn build;
+    const void *ctx;
+    mr_params *ps;
+    mr_device_kind kind;
+    mr_step **steps;
+    int n, cap, compilations;
+};
+
+mr_status mr_steps_new(mr_step_build_fn build, const void *ctx, mr_params *ps, mr_device_kind kind,
+                       mr_steps **out) {
+    *out = NULL;
+    if (!build || !ps) return mr_set_error(MR_ERR_INVALID, "steps: a build function and a registry are required");
+    mr_steps *s = calloc(1, sizeof *s);
+    if (!s) return mr_set_error(MR_ERR_NOMEM, "steps: out of memory");
+    s->build = build;
+    s->ctx = ctx;
+    s->ps = ps;
+    s->kind = kind;
+    *out = s;
+    return MR_OK;
+}
+
+static void step_free(mr_step *st) {
+    if (!st) return;
+    mr_plan_free(st->plan);
+    mr_graph_free(st->g);
+    free(st);
+}
+
+void mr_steps_free(mr_steps *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n; i++) step_free(s->steps[i]);
+    free(s->steps);
+    free(s);
+}
+
+int mr_steps_compilations(const mr_steps *s) { return s->compilations; }
+
+/* Builds, differentiates, plans and binds one step. */
+static mr_status compile(mr_steps *s, int64_t batch, int train, mr_step **out) {
+    mr_status st = MR_OK;
+    mr_step *step = calloc(1, sizeof *step);
+    mr_val *pv = NULL, *gv = NULL, *keep = NULL;
+    MR_CHECK(step, MR_ERR_NOMEM, "steps: out of memory");
+    step->batch = batch;
+    step->train = train;
+    MR_TRY(mr_graph_new(&step->g));
+    mr_nn nn;
+    memset(&nn, 0, sizeof nn);
+    nn.g = step->g;
+    nn.ps = s->ps;
+    nn.dtype = MR_F32;
+    nn.training = train;
+    MR_TRY(s->build(s->ctx, &nn, batch, &step->io));
+    MR_TRY(mr_graph_status(step->g));
+    int32_t np = mr_graph_num_params(step->g);
+    pv = calloc((size_t)np + 1, sizeof *pv);
+    gv = calloc((size_t)np + 1, sizeof *gv);
+    keep = calloc((size_t)np + 2, sizeof *keep);
+    MR_CHECK(pv && gv && keep, MR_ERR_NOMEM, "steps: out of memory");
+    for (int32_t i = 0; i < np; i++) pv[i] = mr_graph_param_at(step->g, i);
+    int nkeep = 0;
+    keep[nkeep++] = step->io.loss;
+    keep[nkeep++] = step->io.out;
+    if (train) {
+        MR_TRY(mr_graph_grad(step->g, step->io.loss, pv, np, gv));
+        /* the gradients are bound below, so they are kept (never overwritten within a run) */
+        for (int32_t i = 0; i < np; i++) keep[nkeep++] = gv[i];
+    }
+    MR_TRY(mr_plan_new(step->g, s->kind, keep, nkeep, &step->plan));
+    if (!mr_params_allocated(s->ps)) MR_TRY(mr_params_alloc(s->ps));
+    for (int32_t i = 0; i < np; i++) {
+        int32_t k = mr_params_find(s->ps, mr_graph_name(step->g, pv[i]));
+        MR_CHECK(k >= 0, MR_ERR_INTERNAL, "steps: parameter '%s' is not in the registry", mr_graph_name(step->g, pv[i]));
+        MR_TRY(mr_plan_bind(step->plan, pv[i], mr_params_data(s->ps, k)));
+        /* a zero-filled gradient (the loss does not depend on the parameter) is a constant: the
+         * registry's buffer already holds zeros for it */
+        if (train && mr_graph_kind(step->g, gv[i]) == MR_VAL_NODE)
+            MR_TRY(mr_plan_bind(step->plan, gv[i], mr_params_grad(s->ps, k)));
+    }
+    s->compilations++;
+    mr_log_info("compiled %s step for batch %lld (compilation %d): %d kernels, %.1f MiB of activations",
+                train ? "a training" : "an evaluation", (long long)batch, s->compilations, mr_plan_num_kernels(step->plan),
+                (double)mr_plan_arena_bytes(step->plan) / 1048576.0);
+    free(pv);
+    free(gv);
+    free(keep);
+    *out = step;
+    return MR_OK;
+fail:
+    free(pv);
+    free(gv);
+    free(keep);
+    step_free(step);
+    return st;
+}
+
+mr_status mr_steps_get(mr_steps *s, int64_t batch, int train, mr_step **out) {
+    *out = NULL;
+    for (int i = 0; i < s->n; i++)
+        if (s->steps[i]->batch == batch && s->steps[i]->train == !!train) {
+            *out = s->steps[i];
+            return MR_OK;
+        }
+    if (s->n == s->cap) {
+        int cap = s->cap ? s->cap * 2 : 4;
+        mr_step **p = realloc(s->steps, (size_t)cap * sizeof *p);
+        if (!p) return mr_set_error(MR_ERR_NOMEM, "steps: out of memory");
+        s->steps = p;
+        s->cap = cap;
+    }
+    mr_step *step = NULL;
+    mr_status st = compile(s, batch, !!train, &step);
+    if (st != MR_OK) return st;
+    s->steps[s->n++] = step;
+    *out = step;
+    return MR_OK;
+}

@@ -1,0 +1,55 @@
+/* Compiled steps: a model's graphs, planned once per batch size and kept (the tf.function
+ * lesson: static shapes, planned memory; a new input shape is a new trace, and retracing must be
+ * visible, so every compilation is counted and logged).
+ *
+ * A step is the model's forward (and, for training, its backward) for one batch size, planned
+ * on a backend, with every parameter bound to the registry's value buffer and, for training,
+ * every gradient written straight into the registry's gradient buffer. The caller binds the
+ * batch (mr_plan_bind on io.x and io.y) and runs the plan. */
+#ifndef MR_STEPS_H
+#define MR_STEPS_H
+
+#include "autodiff/nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mr_step_io {
+    mr_val x, y;   /* inputs "x" and labels "y" */
+    mr_val out;    /* logits */
+    mr_val loss;   /* scalar mean loss */
+} mr_step_io;
+
+/* Builds a model's forward and loss for `batch` into nn (see mr_model_build). */
+typedef mr_status (*mr_step_build_fn)(const void *ctx, mr_nn *nn, int64_t batch, mr_step_io *io);
+
+typedef struct mr_step {
+    int64_t batch;
+    int train;        /* forward + backward; else forward only */
+    mr_graph *g;
+    mr_plan *plan;
+    mr_step_io io;
+} mr_step;
+
+typedef struct mr_steps mr_steps;
+
+/* A cache over registry ps (borrowed; parameters are registered by the first compilation and
+ * must be allocated, mr_params_alloc, before a step runs). build and ctx (borrowed) describe the
+ * model. */
+mr_status mr_steps_new(mr_step_build_fn build, const void *ctx, mr_params *ps, mr_device_kind kind,
+                       mr_steps **out) MR_WUR;
+void mr_steps_free(mr_steps *s); /* frees every step; NULL is a no-op */
+
+/* The step for (batch, train), compiled on first use: the graph is built, differentiated when
+ * training, planned, and bound to the registry (allocating it if this is the first step).
+ * *step stays valid until mr_steps_free. */
+mr_status mr_steps_get(mr_steps *s, int64_t batch, int train, mr_step **step) MR_WUR;
+
+/* How many steps were compiled so far (each new batch size or mode adds one). */
+int mr_steps_compilations(const mr_steps *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,112 @@
+/* autodiff/steps: one compilation per (batch size, mode), counted; training steps write every
+ * gradient into the registry's contiguous gradient buffer, and those gradients equal the ones of a
+ * graph built and differentiated by hand; evaluation steps compute the same loss. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "harness.h"
+#include "autodiff/steps.h"
+#include "models/models.h"
+
+static void bind_batch(mr_step *st, float *x, int32_t *y) {
+    MR_ASSERT_OK(mr_plan_bind(st->plan, st->io.x, x));
+    MR_ASSERT_OK(mr_plan_bind(st->plan, st->io.y, y));
+}
+
+static void test_steps_cache(void **state) {
+    (void)state;
+    mr_model_cfg cfg = mr_model_cfg_default(MR_MODEL_MLP);
+    cfg.sizes[0] = 12;
+    cfg.sizes[1] = 16;
+    cfg.sizes[2] = 5;
+    cfg.n_sizes = 3;
+    mr_params *ps = NULL;
+    mr_steps *s = NULL;
+    MR_ASSERT_OK(mr_params_new(&ps));
+    MR_ASSERT_OK(mr_steps_new(mr_model_step_build, &cfg, ps, MR_DEVICE_CPU, &s));
+    assert_int_equal(mr_steps_compilations(s), 0);
+    mr_step *t8 = NULL, *again = NULL, *t3 = NULL, *e8 = NULL;
+    MR_ASSERT_OK(mr_steps_get(s, 8, 1, &t8));
+    assert_int_equal(mr_steps_compilations(s), 1);
+    assert_true(mr_params_allocated(ps));
+    MR_ASSERT_OK(mr_params_init(ps, 11));
+    MR_ASSERT_OK(mr_steps_get(s, 8, 1, &again));
+    assert_ptr_equal(again, t8);
+    assert_int_equal(mr_steps_compilations(s), 1); /* same shape: no retrace */
+    MR_ASSERT_OK(mr_steps_get(s, 3, 1, &t3));
+    assert_int_equal(mr_steps_compilations(s), 2); /* a new batch size is a new plan */
+    MR_ASSERT_OK(mr_steps_get(s, 8, 0, &e8));
+    assert_int_equal(mr_steps_compilations(s), 3); /* evaluation is another */
+
+    float *x = th_alloc(8 * 12 * sizeof(float));
+    int32_t *y = th_alloc(8 * sizeof(int32_t));
+    th_fill_uniform_f32(x, 8 * 12, -1, 1, 3);
+    th_fill_int32(y, 8, 0, 5, 4);
+    bind_batch(t8, x, y);
+    memset(mr_params_grad_buffer(ps), 0xff, (size_t)mr_params_buffer_numel(ps) * sizeof(float)); /* NaN garbage */
+    MR_ASSERT_OK(mr_plan_run(t8->plan));
+    float loss = *(const float *)mr_plan_data(t8->plan, t8->io.loss);
+    bind_batch(e8, x, y);
+    MR_ASSERT_OK(mr_plan_run(e8->plan));
+    assert_float_equal(*(const float *)mr_plan_data(e8->plan, e8->io.loss), loss, 0.0f);
+
+    /* the same gradients from a graph built and differentiated by hand */
+    mr_graph *g = NULL;
+    MR_ASSERT_OK(mr_graph_new(&g));
+    mr_nn nn;
+    memset(&nn, 0, sizeof nn);
+    nn.g = g;
+    nn.ps = ps;
+    nn.dtype = MR_F32;
+    mr_model_io io;
+    MR_ASSERT_OK(mr_model_build(&nn, &cfg, 8, &io));
+    int32_t np = mr_graph_num_params(g);
+    mr_val pv[8], gv[8], keep[9];
+    for (int32_t i = 0; i < np; i++) pv[i] = mr_graph_param_at(g, i);
+    MR_ASSERT_OK(mr_graph_grad(g, io.loss, pv, np, gv));
+    keep[0] = io.loss;
+    for (int32_t i = 0; i < np; i++) keep[i + 1] = gv[i];
+    mr_plan *p = NULL;
+    MR_ASSERT_OK(mr_plan_new(g, MR_DEVICE_CPU, keep, np + 1, &p));
+    for (int32_t i = 0; i < np; i++)
+        MR_ASSERT_OK(mr_plan_bind(p, pv[i], mr_params_data(ps, mr_params_find(ps, mr_graph_name(g, pv[i])))));
+    MR_ASSERT_OK(mr_plan_bind(p, io.x, x));
+    MR_ASSERT_OK(mr_plan_bind(p, io.y, y));
+    MR_ASSERT_OK(mr_plan_run(p));
+    assert_float_equal(*(const float *)mr_plan_data(p, io.loss), loss, 0.0f);
+    for (int32_t i = 0; i < np; i++) {
+        int32_t k = mr_params_find(ps, mr_graph_name(g, pv[i]));
+        assert_memory_equal(mr_plan_data(p, gv[i]), mr_params_grad(ps, k), (size_t)mr_params_numel(ps, k) * sizeof(float));
+    }
+    fprintf(stderr, "steps: loss %.5f, %d compilations\n", loss, mr_steps_compilations(s));
+    mr_plan_free(p);
+    mr_graph_free(g);
+    mr_steps_free(s);
+    mr_params_free(ps);
+    th_free_all();
+}
+
+static void test_steps_errors(void **state) {
+    (void)state;
+    mr_model_cfg cfg = mr_model_cfg_default(MR_MODEL_GPT);
+    cfg.heads = 3; /* 128 is not divisible by 3 */
+    mr_params *ps = NULL;
+    mr_steps *s = NULL;
+    MR_ASSERT_OK(mr_params_new(&ps));
+    assert_int_equal(mr_steps_new(NULL, &cfg, ps, MR_DEVICE_CPU, &s), MR_ERR_INVALID);
+    MR_ASSERT_OK(mr_steps_new(mr_model_step_build, &cfg, ps, MR_DEVICE_CPU, &s));
+    mr_step *st = NULL;
+    assert_int_equal(mr_steps_get(s, 4, 1, &st), MR_ERR_INVALID);
+    assert_null(st);
+    assert_non_null(strstr(mr_last_error(), "model.heads"));
+    assert_int_equal(mr_steps_compilations(s), 0);
+    mr_steps_free(s);
+    mr_steps_free(NULL);
+    mr_params_free(ps);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_steps_cache), cmocka_unit_test(test_steps_errors)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
