@@ -120,9 +120,10 @@ static void run(const char *name, mr_model_cfg cfg, int64_t batch, int steps, in
     getrusage(RUSAGE_SELF, &ru);
     double gflops = 3.0 * fwd_flops(&cfg, 1) * sps / 1e9;
     printf("%-4s batch %4lld  %10.1f samples/s  %8.2f ms/step  ~%6.1f GFLOP/s (%.0f%% of peak)  loss %.4f  "
-           "arena %.1f MiB  params %lld  peak RSS %.0f MiB\n",
+           "arena %.1f MiB (%.1f unshared)  params %lld  peak RSS %.0f MiB\n",
            name, (long long)batch, sps, 1e3 * batch / sps, gflops, 100.0 * gflops / g_peak, loss,
-           mr_plan_arena_bytes(p) / 1048576.0, (long long)mr_params_total(ps), ru.ru_maxrss / 1024.0);
+           mr_plan_arena_bytes(p) / 1048576.0, mr_plan_unshared_bytes(p) / 1048576.0, (long long)mr_params_total(ps),
+           ru.ru_maxrss / 1024.0);
     if (cfg.type == MR_MODEL_GPT) printf("%-4s = %.0f tokens/s\n", "", sps * (double)cfg.context);
     fflush(stdout);
     free(rates);
