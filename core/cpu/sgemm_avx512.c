@@ -173,7 +173,19 @@ __attribute__((target("avx512f"))) static void pack_b(int trans_b, const float *
             __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                              _mm512_set1_epi32((int)ldb));
             const float *base1 = base + 16 * ldb;
-            for (int k = 0; k < kc; k++) {
+            int k = 0;
+            /* 16 k at a time: each half of the panel is 16 rows of B read contiguously and
+             * transposed in registers (as pack_a; the gathers below cost ~4x more) */
+            for (; k + 16 <= kc; k += 16)
+                for (int half = 0; half < 2; half++) {
+                    int rows = nr - 16 * half;
+                    __m512 r[16];
+                    for (int i = 0; i < 16; i++)
+                        r[i] = i < rows ? _mm512_loadu_ps(base + (16 * half + i) * ldb + k) : _mm512_setzero_ps();
+                    transpose16(r);
+                    for (int j = 0; j < 16; j++) _mm512_store_ps(dst + (k + j) * NR + 16 * half, r[j]);
+                }
+            for (; k < kc; k++) {
                 _mm512_store_ps(dst + k * NR, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m0, idx, base + k, 4));
                 _mm512_store_ps(dst + k * NR + 16,
                                 m1 ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m1, idx, base1 + k, 4)
