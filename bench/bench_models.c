@@ -87,7 +87,8 @@ static void run(const char *name, mr_model_cfg cfg, int64_t batch, int steps, in
     } else {
         opt.p.sgd = (mr_sgd_params){0.01, 0.9, 0.0, 0.0, 0, 1};
     }
-    double *rates = calloc((size_t)runs, sizeof *rates);
+    double *rates = calloc((size_t)runs, sizeof *rates), opt_s = 0;
+    int64_t opt_calls = 0;
     float loss = 0;
     int64_t step = 0;
     for (int r = -1; r < runs; r++) {
@@ -98,7 +99,10 @@ static void run(const char *name, mr_model_cfg cfg, int64_t batch, int steps, in
             step++;
             if (adamw) opt.p.adamw.step = step;
             else opt.p.sgd.first_step = step == 1;
+            double to = now_s();
             if (mr_op_run(MR_DEVICE_CPU, &opt) != MR_OK) die("optimizer");
+            opt_s += now_s() - to;
+            opt_calls++;
         }
         loss = *(const float *)mr_plan_data(p, io.loss);
         if (r >= 0) rates[r] = (double)todo * (double)batch / (now_s() - t0);
@@ -125,6 +129,8 @@ static void run(const char *name, mr_model_cfg cfg, int64_t batch, int steps, in
            mr_plan_arena_bytes(p) / 1048576.0, mr_plan_unshared_bytes(p) / 1048576.0, (long long)mr_params_total(ps),
            ru.ru_maxrss / 1024.0);
     if (cfg.type == MR_MODEL_GPT) printf("%-4s = %.0f tokens/s\n", "", sps * (double)cfg.context);
+    printf("%-4s   optimizer (%s over %lld floats): %.2f ms a step\n", "", adamw ? "AdamW" : "SGD momentum",
+           (long long)n, 1e3 * opt_s / (double)(opt_calls ? opt_calls : 1));
     fflush(stdout);
     free(rates);
     free(m1);

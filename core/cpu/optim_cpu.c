@@ -8,31 +8,53 @@
 
 #include <math.h>
 
+#include "core/cpu/cpu_impl.h"
+
 /* Below this many elements an update runs on the calling thread. */
 #define OPTIM_PAR_MIN 32768
+/* Elements per block shared out by OpenMP. */
+#define OPTIM_BLOCK 4096
+
+/* The update loops are compiled for the baseline ISA and for AVX-512 and picked at run time:
+ * AdamW's sqrt and divide ran 4 wide (SSE) in the baseline build, 1.9 ns per parameter. Both give
+ * the same bits (IEEE sqrt, divide and FMA-free arithmetic are exact operations either way). */
+#define DEFINE_OPTIM_BLOCKS(SUF, ATTR)                                                              \
+    ATTR static void sgd_block_##SUF(float *restrict param, const float *restrict grad, float *restrict buf, \
+                                     int64_t b0, int64_t b1, const mr_sgd_params *p) {             \
+        const float lr = (float)p->lr, mom = (float)p->momentum, damp = (float)p->dampening;        \
+        const float wd = (float)p->weight_decay;                                                    \
+        const int nesterov = p->nesterov, first = p->first_step;                                    \
+        if (!buf) {                                                                                 \
+            /* momentum 0: each lane hands the math a private dummy it never touches */            \
+            _Pragma("omp simd") for (int64_t i = b0; i < b1; i++) {                                 \
+                float unused = 0.0f;                                                                \
+                param[i] = mr_sgd_f32(param[i], grad[i], &unused, lr, 0.0f, damp, wd, 0, first);    \
+            }                                                                                       \
+            return;                                                                                 \
+        }                                                                                           \
+        _Pragma("omp simd") for (int64_t i = b0; i < b1; i++)                                       \
+            param[i] = mr_sgd_f32(param[i], grad[i], &buf[i], lr, mom, damp, wd, nesterov, first);  \
+    }                                                                                               \
+    ATTR static void adamw_block_##SUF(float *restrict param, const float *restrict grad, float *restrict m, \
+                                       float *restrict v, int64_t b0, int64_t b1, mr_adamw_consts_f32 c) { \
+        _Pragma("omp simd") for (int64_t i = b0; i < b1; i++)                                       \
+            param[i] = mr_adamw_f32(param[i], grad[i], &m[i], &v[i], c);                            \
+    }
+
+DEFINE_OPTIM_BLOCKS(def, )
+DEFINE_OPTIM_BLOCKS(512, __attribute__((target("avx512f"))))
 
 /* param (n), grad (n), momentum_buf (n; absent when momentum == 0), f32. */
 mr_status mr_sgd_update_cpu(const mr_op_args *a) {
     if (mr_op_is_f64(a)) return mr_sgd_update_ref(a);
     if (a->in[0].dtype != MR_F32) return mr_op_error(a, "the CPU kernel takes f32 or f64, got %s", mr_dtype_name(a->in[0].dtype));
-    const mr_sgd_params *p = &a->p.sgd;
-    float *restrict param = a->in[0].data;
-    const float *restrict grad = a->in[1].data;
+    float *param = a->in[0].data, *buf = a->p.sgd.momentum == 0.0 ? NULL : a->in[2].data;
+    const float *grad = a->in[1].data;
     int64_t n = mr_shape_numel(&a->in[0].shape);
-    const float lr = (float)p->lr, mom = (float)p->momentum, damp = (float)p->dampening, wd = (float)p->weight_decay;
-    const int nesterov = p->nesterov, first = p->first_step;
-    if (p->momentum == 0.0) {
-        /* no buffer: each lane hands the math a private dummy it never touches */
-#pragma omp parallel for simd schedule(static) if (n > OPTIM_PAR_MIN)
-        for (int64_t i = 0; i < n; i++) {
-            float unused = 0.0f;
-            param[i] = mr_sgd_f32(param[i], grad[i], &unused, lr, 0.0f, damp, wd, 0, first);
-        }
-        return MR_OK;
-    }
-    float *restrict buf = a->in[2].data;
-#pragma omp parallel for simd schedule(static) if (n > OPTIM_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) param[i] = mr_sgd_f32(param[i], grad[i], &buf[i], lr, mom, damp, wd, nesterov, first);
+    void (*fn)(float *, const float *, float *, int64_t, int64_t, const mr_sgd_params *) =
+        mr_cpu_caps_get()->avx512f ? sgd_block_512 : sgd_block_def;
+#pragma omp parallel for schedule(static) if (n > OPTIM_PAR_MIN)
+    for (int64_t b0 = 0; b0 < n; b0 += OPTIM_BLOCK) fn(param, grad, buf, b0, n - b0 < OPTIM_BLOCK ? n : b0 + OPTIM_BLOCK, &a->p.sgd);
     return MR_OK;
 }
 
@@ -41,11 +63,13 @@ mr_status mr_adamw_update_cpu(const mr_op_args *a) {
     if (mr_op_is_f64(a)) return mr_adamw_update_ref(a);
     if (a->in[0].dtype != MR_F32) return mr_op_error(a, "the CPU kernel takes f32 or f64, got %s", mr_dtype_name(a->in[0].dtype));
     const mr_adamw_params *p = &a->p.adamw;
-    float *restrict param = a->in[0].data, *restrict m = a->in[2].data, *restrict v = a->in[3].data;
-    const float *restrict grad = a->in[1].data;
+    float *param = a->in[0].data, *m = a->in[2].data, *v = a->in[3].data;
+    const float *grad = a->in[1].data;
     int64_t n = mr_shape_numel(&a->in[0].shape);
     const mr_adamw_consts_f32 c = mr_adamw_prepare_f32(p->lr, p->beta1, p->beta2, p->eps, p->weight_decay, p->step);
-#pragma omp parallel for simd schedule(static) if (n > OPTIM_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) param[i] = mr_adamw_f32(param[i], grad[i], &m[i], &v[i], c);
+    void (*fn)(float *, const float *, float *, float *, int64_t, int64_t, mr_adamw_consts_f32) =
+        mr_cpu_caps_get()->avx512f ? adamw_block_512 : adamw_block_def;
+#pragma omp parallel for schedule(static) if (n > OPTIM_PAR_MIN)
+    for (int64_t b0 = 0; b0 < n; b0 += OPTIM_BLOCK) fn(param, grad, m, v, b0, n - b0 < OPTIM_BLOCK ? n : b0 + OPTIM_BLOCK, c);
     return MR_OK;
 }
