@@ -141,6 +141,18 @@ static void rule_binary(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
                 : nd->op == MR_OP_MUL ? MR_OP_MUL_BWD : MR_OP_DIV_BWD;
     mr_val in[3] = {V(nd->in[0]), V(nd->in[1]), dy}, outs[2];
     int want[2] = {is_active(c, nd->in[0]), is_active(c, nd->in[1])};
+    if (nd->op == MR_OP_ADD || nd->op == MR_OP_SUB) {
+        /* an operand of the output's shape (a residual) gets dy itself (or -dy): no kernel and no
+         * copy; only a broadcast operand (a bias) needs the reduction of the *_BWD kernel */
+        mr_shape so = vshape(c, nd->out[0]);
+        for (int k = 0; k < 2; k++) {
+            mr_shape sk = vshape(c, nd->in[k]);
+            if (!want[k] || !mr_shape_eq(&sk, &so)) continue;
+            acc(c, nd->in[k], (k == 1 && nd->op == MR_OP_SUB) ? mr_graph_scale(c->g, dy, -1.0) : dy);
+            want[k] = 0;
+        }
+        if (!want[0] && !want[1]) return;
+    }
     bwd_node(c, op, in, 3, &nd->p, nd->in, want, 2, outs);
     acc(c, nd->in[0], outs[0]);
     acc(c, nd->in[1], outs[1]);

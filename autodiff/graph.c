@@ -317,6 +317,14 @@ mr_val mr_graph_softmax(mr_graph *g, mr_val x) {
     return node1(g, MR_OP_SOFTMAX, &x, 1, NULL, g->vals[x.id].dtype, g->vals[x.id].shape);
 }
 
+mr_val mr_graph_causal_softmax(mr_graph *g, mr_val x) {
+    if (!ok_val(g, x, "softmax", "x")) return MR_VAL_NONE;
+    mr_op_params p;
+    memset(&p, 0, sizeof p);
+    p.softmax.causal = 1;
+    return node1(g, MR_OP_SOFTMAX, &x, 1, &p, g->vals[x.id].dtype, g->vals[x.id].shape);
+}
+
 mr_val mr_graph_log_softmax(mr_graph *g, mr_val x) {
     if (!ok_val(g, x, "log_softmax", "x")) return MR_VAL_NONE;
     return node1(g, MR_OP_LOG_SOFTMAX, &x, 1, NULL, g->vals[x.id].dtype, g->vals[x.id].shape);

@@ -98,6 +98,8 @@ mr_val mr_graph_sum(mr_graph *g, mr_val x, uint32_t axes);
 mr_val mr_graph_mean(mr_graph *g, mr_val x, uint32_t axes);
 mr_val mr_graph_max(mr_graph *g, mr_val x, uint32_t axes);
 mr_val mr_graph_softmax(mr_graph *g, mr_val x);     /* over the last axis */
+/* Softmax of x (..., T, S) where row i sees columns j <= i + S - T only (causal attention). */
+mr_val mr_graph_causal_softmax(mr_graph *g, mr_val x);
 mr_val mr_graph_log_softmax(mr_graph *g, mr_val x);
 /* Per-row loss (N) of softmax cross-entropy; logits (N,C) float, labels (N) i32. */
 mr_val mr_graph_softmax_xent(mr_graph *g, mr_val logits, mr_val labels, int64_t ignore_index);

@@ -259,18 +259,7 @@ mr_val mr_nn_causal_attention(mr_nn *nn, const char *name, mr_val x, int heads) 
     mr_val q = mr_graph_slice(g, p5, 0, bhtd), k = mr_graph_slice(g, p5, one, bhtd);
     mr_val v = mr_graph_slice(g, p5, 2 * one, bhtd);
     mr_val att = mr_graph_matmul(g, q, k, 0, 1, 1.0 / sqrt((double)D));       /* (B,H,T,T) */
-    /* causal mask: -inf above the diagonal */
-    size_t es = mr_dtype_size(nn->dtype);
-    void *mask = calloc((size_t)(T * T), es);
-    if (!mask) {
-        mr_graph_fail(g, MR_ERR_NOMEM, "nn: out of memory for a %lldx%lld mask", (long long)T, (long long)T);
-        return MR_VAL_NONE;
-    }
-    for (int64_t i = 0; i < T; i++)
-        for (int64_t j = 0; j < T; j++) mr_dtype_set(mask, nn->dtype, i * T + j, j > i ? -INFINITY : 0.0);
-    mr_val m = mr_graph_const(g, nn->dtype, mr_shape_2d(T, T), mask);
-    free(mask);
-    att = mr_graph_softmax(g, mr_graph_add(g, att, m));
+    att = mr_graph_causal_softmax(g, att); /* row t sees positions <= t */
     mr_val y = mr_graph_matmul(g, att, v, 0, 0, 1.0);                          /* (B,H,T,D) */
     y = mr_graph_permute(g, y, (int[]){0, 2, 1, 3});                           /* (B,T,H,D) */
     y = mr_graph_reshape(g, y, mr_shape_3d(B, T, C));

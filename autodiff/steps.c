@@ -72,6 +72,14 @@ static mr_status compile(mr_steps *s, int64_t batch, int train, mr_step **out) {
     keep[nkeep++] = step->io.out;
     if (train) {
         MR_TRY(mr_graph_grad(step->g, step->io.loss, pv, np, gv));
+        /* Each gradient is bound to its own slot of the registry's buffer, so one value may not
+         * serve two parameters (dy of `p1 + p2`) nor be the loss: such a gradient gets a copy. */
+        for (int32_t i = 0; i < np; i++) {
+            int shared = gv[i].id == step->io.loss.id || gv[i].id == step->io.out.id;
+            for (int32_t j = 0; j < i && !shared; j++) shared = gv[j].id == gv[i].id;
+            if (shared && mr_graph_kind(step->g, gv[i]) != MR_VAL_CONST) gv[i] = mr_graph_scale(step->g, gv[i], 1.0);
+        }
+        MR_TRY(mr_graph_status(step->g));
         /* the gradients are bound below, so they are kept (never overwritten within a run) */
         for (int32_t i = 0; i < np; i++) keep[nkeep++] = gv[i];
     }

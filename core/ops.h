@@ -49,7 +49,9 @@ typedef enum mr_op_id {
     /* SUM/MEAN: in: dy (reduced shape); out: dx. MAX: in: x, y, dy; out: dx (the gradient goes
      * to the first maximal element along the reduced axes, as torch.max(dim) does). */
     MR_OP_SUM_BWD, MR_OP_MEAN_BWD, MR_OP_MAX_BWD,
-    /* Over the last axis. in: x; out: y. */
+    /* Over the last axis. in: x; out: y. SOFTMAX with p.softmax.causal: x is (..., T, S) and
+     * row i sees columns j <= i + S - T only; the others get probability 0 (as an additive
+     * -inf causal mask would give, without the mask's pass over memory). */
     MR_OP_SOFTMAX, MR_OP_LOG_SOFTMAX,
     /* in: y (the forward output), dy; out: dx. */
     MR_OP_SOFTMAX_BWD, MR_OP_LOG_SOFTMAX_BWD,
@@ -145,6 +147,7 @@ typedef union mr_op_params {
     double scale;                     /* SCALE, SCALE_BWD: alpha */
     struct { int64_t ignore_index; } xent;
     struct { double eps; } layernorm;
+    struct { int causal; } softmax;
     mr_conv_params conv;
     mr_pool_params pool;
     mr_dropout_params dropout;

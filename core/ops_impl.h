@@ -47,6 +47,10 @@ MR_DECLARE_KERNELS(adamw_update)
  * is written (softmax_ref.c; the CPU kernels use it too). */
 mr_status mr_xent_check_labels(const mr_op_args *a, const int32_t *labels, int64_t n, int64_t c);
 
+/* Columns row `row` of a softmax sees: all of them, or with p.softmax.causal (x (..., T, S))
+ * row % T + 1 + S - T. */
+int64_t mr_softmax_causal_cols(const mr_op_args *a, int64_t row, int64_t cols);
+
 /* Scratch bytes for the CPU conv kernels (im2col buffers, one per thread). */
 size_t mr_conv2d_fwd_workspace(const mr_op_args *a);
 size_t mr_conv2d_bwd_data_workspace(const mr_op_args *a);

@@ -7,6 +7,7 @@
 #include "core/cpu/cpu_impl.h"
 
 #include <math.h>
+#include <string.h>
 
 /* Each row is one loop, so which elements take libmvec's vector body never depends on the
  * thread count. */
@@ -88,6 +89,16 @@ mr_status mr_softmax_fwd_cpu(const mr_op_args *a) {
     const int log_sm = a->op == MR_OP_LOG_SOFTMAX;
     if (cols == 0) return MR_OK;
     softmax_row_fn row = mr_cpu_caps_get()->avx512f ? softmax_row_512 : softmax_row_def;
+    if (a->p.softmax.causal) {
+        /* a row sees its first n columns; the rest are 0 (half the work of a masked softmax) */
+#pragma omp parallel for schedule(static) if (rows * cols > SM_PAR_MIN)
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t n = mr_softmax_causal_cols(a, r, cols);
+            row(X + r * cols, Y + r * cols, n, 0);
+            memset(Y + r * cols + n, 0, (size_t)(cols - n) * sizeof(float));
+        }
+        return MR_OK;
+    }
 #pragma omp parallel for schedule(static) if (rows * cols > SM_PAR_MIN)
     for (int64_t r = 0; r < rows; r++) row(X + r * cols, Y + r * cols, cols, log_sm);
     return MR_OK;

@@ -14,7 +14,21 @@ mr_status mr_softmax_fwd_check(const mr_op_args *a) {
     if (!a->in[0].data || !a->out[0].data) return mr_op_error(a, "x and y are required");
     mr_status st = mr_op_check_float(a, 0, NULL);
     if (st != MR_OK) return st;
+    if (a->p.softmax.causal) {
+        const mr_shape *s = &a->in[0].shape;
+        char b[128];
+        if (a->op != MR_OP_SOFTMAX) return mr_op_error(a, "causal masking is for softmax only");
+        if (s->ndim < 2 || s->dim[s->ndim - 2] > s->dim[s->ndim - 1])
+            return mr_op_error(a, "causal x %s must be (..., T, S) with T <= S", mr_shape_str(s, b, sizeof b));
+    }
     return mr_op_check_shape(a, &a->out[0], "y (out[0])", &a->in[0].shape);
+}
+
+int64_t mr_softmax_causal_cols(const mr_op_args *a, int64_t row, int64_t cols) {
+    if (!a->p.softmax.causal) return cols;
+    const mr_shape *s = &a->in[0].shape;
+    int64_t t = s->dim[s->ndim - 2];
+    return row % t + 1 + (cols - t);
 }
 
 mr_status mr_softmax_bwd_check(const mr_op_args *a) {
@@ -34,12 +48,13 @@ mr_status mr_softmax_fwd_ref(const mr_op_args *a) {
     for (int64_t r = 0; r < rows && cols > 0; r++) {
         const double *x = (const double *)a->in[0].data + r * cols;
         double *y = (double *)a->out[0].data + r * cols;
+        int64_t n = mr_softmax_causal_cols(a, r, cols); /* columns this row sees */
         double m = -INFINITY, s = 0.0;
-        for (int64_t j = 0; j < cols; j++) m = x[j] > m ? x[j] : m;
-        for (int64_t j = 0; j < cols; j++) s += exp(x[j] - m);
+        for (int64_t j = 0; j < n; j++) m = x[j] > m ? x[j] : m;
+        for (int64_t j = 0; j < n; j++) s += exp(x[j] - m);
         double ls = log(s);
         for (int64_t j = 0; j < cols; j++)
-            y[j] = a->op == MR_OP_SOFTMAX ? exp(x[j] - m) / s : x[j] - m - ls;
+            y[j] = j >= n ? 0.0 : (a->op == MR_OP_SOFTMAX ? exp(x[j] - m) / s : x[j] - m - ls);
     }
     return MR_OK;
 }

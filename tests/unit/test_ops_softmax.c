@@ -60,6 +60,53 @@ static void test_softmax_fwd(void **state) {
     print_message("softmax fwd: max f32 abs err %.3g, rel err %.3g\n", th_max_abs_err, th_max_rel_err);
 }
 
+/* Causal softmax equals the softmax of x plus a -inf mask above the (shifted) diagonal, on the
+ * reference and on the CPU; T < S shifts the diagonal; LOG_SOFTMAX refuses the flag. */
+static void test_softmax_causal(void **state) {
+    (void)state;
+    const int64_t shapes[][3] = {{3, 5, 5}, {2, 4, 7}, {1, 1, 1}, {4, 33, 33}};
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+        int64_t B = shapes[k][0], T = shapes[k][1], S = shapes[k][2], n = B * T * S;
+        mr_shape sh = mr_shape_3d(B, T, S);
+        mr_op_args c;
+        mr_op_args_init(&c, MR_OP_SOFTMAX);
+        c.p.softmax.causal = 1;
+        c.in[0] = th_rand_view(MR_F64, sh, -3, 3, 70 + k);
+        c.out[0] = th_view(MR_F64, sh);
+        mr_op_args m = c;
+        m.p.softmax.causal = 0;
+        m.in[0] = th_view(MR_F64, sh);
+        m.out[0] = th_view(MR_F64, sh);
+        const double *x = c.in[0].data;
+        double *xm = m.in[0].data;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t row = (i / S) % T, col = i % S;
+            xm[i] = col > row + (S - T) ? -INFINITY : x[i];
+        }
+        MR_ASSERT_OK(mr_op_run_ref(&c));
+        MR_ASSERT_OK(mr_op_run_ref(&m));
+        char what[64];
+        snprintf(what, sizeof what, "causal softmax %zu (ref vs masked)", k);
+        assert_true(th_compare(what, c.out[0].data, MR_F64, m.out[0].data, n, 1e-15, 1e-14, 1e-28));
+        snprintf(what, sizeof what, "causal softmax %zu", k);
+        (void)th_check_cpu_vs_ref(what, &c, TOL_F32_ATOL, TOL_F32_RTOL, TOL_F32_NMSE);
+        th_free_all();
+    }
+    mr_op_args l;
+    mr_op_args_init(&l, MR_OP_LOG_SOFTMAX);
+    l.p.softmax.causal = 1;
+    l.in[0] = th_view(MR_F32, mr_shape_2d(3, 3));
+    l.out[0] = th_view(MR_F32, mr_shape_2d(3, 3));
+    assert_int_equal(mr_op_run(MR_DEVICE_CPU, &l), MR_ERR_INVALID);
+    assert_non_null(strstr(mr_last_error(), "causal"));
+    mr_op_args_init(&l, MR_OP_SOFTMAX);
+    l.p.softmax.causal = 1;
+    l.in[0] = th_view(MR_F32, mr_shape_2d(4, 3)); /* T > S */
+    l.out[0] = th_view(MR_F32, mr_shape_2d(4, 3));
+    assert_int_equal(mr_op_run(MR_DEVICE_CPU, &l), MR_ERR_INVALID);
+    th_free_all();
+}
+
 static void test_softmax_bwd(void **state) {
     (void)state;
     size_t ns;
@@ -270,6 +317,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_softmax_fwd), cmocka_unit_test(test_softmax_bwd), cmocka_unit_test(test_softmax_grad),
         cmocka_unit_test(test_xent),        cmocka_unit_test(test_xent_grad),   cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_softmax_causal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
