@@ -87,6 +87,42 @@ static void test_steps_cache(void **state) {
     th_free_all();
 }
 
+/* logits = (x + p1) + p2: both parameters' gradients are the same value (dy, aliased through the
+ * residual adds), which must still land in both registry slots. */
+static mr_status build_shared(const void *ctx, mr_nn *nn, int64_t batch, mr_step_io *io) {
+    (void)ctx;
+    io->x = mr_graph_input(nn->g, "x", MR_F32, mr_shape_2d(batch, 4));
+    io->y = mr_graph_input(nn->g, "y", MR_I32, mr_shape_1d(batch));
+    mr_val p1 = mr_nn_param(nn, "p1", mr_shape_2d(batch, 4), MR_INIT_UNIFORM, 1.0);
+    mr_val p2 = mr_nn_param(nn, "p2", mr_shape_2d(batch, 4), MR_INIT_UNIFORM, 1.0);
+    io->out = mr_graph_add(nn->g, mr_graph_add(nn->g, io->x, p1), p2);
+    io->loss = mr_nn_xent_mean(nn, io->out, io->y);
+    return mr_graph_status(nn->g);
+}
+
+static void test_steps_shared_gradient(void **state) {
+    (void)state;
+    mr_params *ps = NULL;
+    mr_steps *s = NULL;
+    MR_ASSERT_OK(mr_params_new(&ps));
+    MR_ASSERT_OK(mr_steps_new(build_shared, NULL, ps, MR_DEVICE_CPU, &s));
+    mr_step *st = NULL;
+    MR_ASSERT_OK(mr_steps_get(s, 3, 1, &st));
+    MR_ASSERT_OK(mr_params_init(ps, 5));
+    float x[12];
+    int32_t y[3] = {0, 3, 1};
+    th_fill_uniform_f32(x, 12, -1, 1, 6);
+    bind_batch(st, x, y);
+    MR_ASSERT_OK(mr_plan_run(st->plan));
+    const float *g1 = mr_params_grad(ps, mr_params_find(ps, "p1")), *g2 = mr_params_grad(ps, mr_params_find(ps, "p2"));
+    assert_memory_equal(g1, g2, 12 * sizeof(float));
+    float norm = 0;
+    for (int i = 0; i < 12; i++) norm += g1[i] * g1[i];
+    assert_true(norm > 0);
+    mr_steps_free(s);
+    mr_params_free(ps);
+}
+
 static void test_steps_errors(void **state) {
     (void)state;
     mr_model_cfg cfg = mr_model_cfg_default(MR_MODEL_GPT);
@@ -107,6 +143,7 @@ static void test_steps_errors(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_steps_cache), cmocka_unit_test(test_steps_errors)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_steps_cache), cmocka_unit_test(test_steps_shared_gradient),
+                                       cmocka_unit_test(test_steps_errors)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
