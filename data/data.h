@@ -1,0 +1,208 @@
+/* mirror's input pipeline: tf.data-like sources and transforms, and a resumable iterator.
+ *
+ * A dataset is an immutable, reference-counted description: a source (in-memory arrays, IDX
+ * files, flat token files, a user callback) followed by a chain of transforms (shard, shuffle,
+ * map, batch, prefetch, repeat, take, skip). Building computes nothing; mr_data_iter_new runs it.
+ *
+ * Determinism and resume. Every source is random-access by element index, and every transform
+ * except map and batch's stacking works on element INDICES: shard/take/skip/repeat are counters,
+ * shuffle keeps a buffer of indices and draws from Philox (seed, iteration) at a draw counter.
+ * Data is materialized last: element i is source(i) passed through the maps, which must be pure
+ * functions of their input (and of the index/epoch they are given). So the element order depends
+ * only on the seeds and the pipeline, never on thread counts or timing, and the iterator state is
+ * a small blob (per-stage counters, the shuffle buffers' indices and draw counters) from which
+ * restore recomputes exactly the next element.
+ *
+ * Threads. map(parallel=N) materializes the elements of a batch (or N unbatched elements) with N
+ * OpenMP threads; prefetch(N) runs materialization on one background thread that keeps up to N
+ * finished elements (batches) ahead in a bounded queue. Both deliver in order.
+ *
+ * Ownership: every mr_data_<transform>(in, ..., &out) retains `in`; the caller still frees its own
+ * handle with mr_data_free. Datasets are immutable and may be shared; building them is not
+ * thread-safe. On error *out is NULL and nothing is retained. */
+#ifndef MR_DATA_DATA_H
+#define MR_DATA_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/dtype.h"
+#include "core/shape.h"
+#include "core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MR_DATA_MAX_COMPONENTS 4
+#define MR_DATA_NAME_MAX 32
+/* For map(parallel) and prefetch(n): let mirror choose (OpenMP max threads / 2 batches). */
+#define MR_DATA_AUTO 0
+
+/* One component of an element: a name ("image"), a dtype and a per-element shape (batching adds
+ * a leading dim). */
+typedef struct mr_data_component {
+    char name[MR_DATA_NAME_MAX];
+    mr_dtype dtype;
+    mr_shape shape;
+} mr_data_component;
+
+/* The fixed spec of every element: 1..MR_DATA_MAX_COMPONENTS components. */
+typedef struct mr_data_spec {
+    int n;
+    mr_data_component comp[MR_DATA_MAX_COMPONENTS];
+} mr_data_spec;
+
+/* Appends a component to spec. MR_ERR_INVALID if the spec is full, the name is empty, too long or
+ * repeated, the dtype is invalid or a size is negative. */
+mr_status mr_data_spec_add(mr_data_spec *spec, const char *name, mr_dtype dtype, const mr_shape *shape) MR_WUR;
+/* Bytes of component c of one element. */
+size_t mr_data_spec_bytes(const mr_data_spec *spec, int c);
+
+typedef struct mr_dataset mr_dataset;
+typedef struct mr_data_iter mr_data_iter;
+
+/* ---- sources -------------------------------------------------------------------------------- */
+
+/* n elements from caller arrays, COPIED: data[c] holds n elements of component c, contiguous
+ * ((n, spec.comp[c].shape) of spec.comp[c].dtype). MR_ERR_INVALID on a bad spec or n < 0. */
+mr_status mr_data_from_arrays(const mr_data_spec *spec, int64_t n, const void *const data[], mr_dataset **out) MR_WUR;
+
+/* IDX files (the MNIST format), gzipped or not (detected from the content). images_path: an IDX
+ * of u8 with >= 2 dims (N, H, W, ...) -> component "image" u8 (H, W, ...). labels_path: an IDX of
+ * u8 with 1 dim (N) -> component "label" i32 []. Either may be NULL (not both); with both the
+ * dataset has ("image", "label") and the counts must match. The files are read into memory.
+ * Errors name the file and the byte offset (of the decompressed stream): MR_ERR_NOT_FOUND
+ * (missing), MR_ERR_IO (unreadable), MR_ERR_FORMAT (bad magic, dims, truncated or corrupt gzip,
+ * trailing bytes, count mismatch), MR_ERR_UNSUPPORTED (an IDX type other than u8). */
+mr_status mr_data_from_idx(const char *images_path, const char *labels_path, mr_dataset **out) MR_WUR;
+
+/* Header of a flat token file. */
+typedef enum mr_data_token_header {
+    MR_DATA_TOKENS_RAW = 0, /* no header: tokens from byte 0 (nanoGPT's np.memmap .bin files) */
+    MR_DATA_TOKENS_LLMC = 1 /* llm.c: 256 int32 (magic 20240520, version 1 = u16 / 2 = u32, count) */
+} mr_data_token_header;
+
+/* A flat file of little-endian uint16 (token_bytes 2) or uint32 (4) tokens, read as
+ * non-overlapping windows of context+1 tokens: element i starts at token i*context and gives
+ * "x" i32 (context) = tokens [i*T, i*T+T) and "y" i32 (context) = tokens [i*T+1, i*T+T+1).
+ * There are floor((ntok - 1) / T) elements. The file is read on demand (pread), not loaded.
+ * Errors: MR_ERR_NOT_FOUND, MR_ERR_FORMAT (size not a multiple of the token size, naming the byte
+ * offset of the partial token; fewer than context+1 tokens; llm.c header magic/version/count),
+ * MR_ERR_INVALID (token_bytes, context). Reading a u32 token above INT32_MAX fails next(). */
+mr_status mr_data_from_tokens(const char *path, int token_bytes, int64_t context, mr_data_token_header header,
+                              mr_dataset **out) MR_WUR;
+
+/* Fills element `index` (0 <= index < n): out[c] has room for one element of component c. Must
+ * be thread-safe and a pure function of index (it is called out of order, in parallel, and again
+ * after a restore). A non-OK status fails next() (record a message with mr_set_error). */
+typedef mr_status (*mr_data_source_fn)(void *ctx, int64_t index, void *const out[]);
+
+/* The from_generator case, random access: n elements computed by fn(ctx, i, bufs). ctx is
+ * borrowed and must outlive every iterator. MR_ERR_INVALID on a bad spec, n < 0 or fn NULL. */
+mr_status mr_data_from_fn(const mr_data_spec *spec, int64_t n, mr_data_source_fn fn, void *ctx,
+                          mr_dataset **out) MR_WUR;
+
+/* ---- transforms (tf.data names) ------------------------------------------------------------- */
+
+/* Every n-th element starting at i (element k goes to shard k % n): shards are disjoint and cover
+ * the input. With N elements, shards i < N % n get ceil(N/n) elements, the others floor(N/n)
+ * (tf.data's rule; drop the uneven tail with take(floor(N/n)) if replicas must agree). Put it
+ * right after the source (before shuffle) so every shard sees a fixed subset.
+ * MR_ERR_INVALID unless n >= 1 and 0 <= i < n. */
+mr_status mr_data_shard(mr_dataset *in, int64_t n, int64_t i, mr_dataset **out) MR_WUR;
+
+/* tf.data's buffered shuffle: a buffer of `buffer` elements (indices), each output a uniform draw
+ * from it replaced by the next input. Draws come from Philox(seed, iteration), where iteration
+ * counts the times the input was restarted by an outer repeat when reshuffle_each_iteration is
+ * non-zero (else 0: every pass has the same order). MR_ERR_INVALID if buffer < 1. */
+mr_status mr_data_shuffle(mr_dataset *in, int64_t buffer, uint64_t seed, int reshuffle_each_iteration,
+                          mr_dataset **out) MR_WUR;
+
+/* Element-wise map: fn(ctx, in, out, index, epoch) fills out[c] (one element of out_spec
+ * component c) from in[c] (one element of the input spec). index is the source element index and
+ * epoch the number of times the source was restarted (so augmentations can draw from Philox
+ * deterministically). fn must be thread-safe and pure. parallel: threads materializing elements
+ * (MR_DATA_AUTO: OpenMP's max); the largest parallel of a pipeline's maps applies to the whole
+ * materialization (source read + maps). Maps must come before batch (MR_ERR_UNSUPPORTED after).
+ * MR_ERR_INVALID if fn is NULL, out_spec is bad or parallel < 0. */
+typedef mr_status (*mr_data_map_fn)(void *ctx, const void *const in[], void *const out[], int64_t index,
+                                    int64_t epoch);
+mr_status mr_data_map(mr_dataset *in, mr_data_map_fn fn, void *ctx, const mr_data_spec *out_spec, int parallel,
+                      mr_dataset **out) MR_WUR;
+
+/* Groups `size` consecutive elements, adding a leading dim. The last batch of a pass holds the
+ * remaining elements (leading dim < size) unless drop_remainder is non-zero, which drops it.
+ * One batch per pipeline (MR_ERR_UNSUPPORTED for a second). MR_ERR_INVALID if size < 1. */
+mr_status mr_data_batch(mr_dataset *in, int64_t size, int drop_remainder, mr_dataset **out) MR_WUR;
+
+/* Materializes up to n elements (batches) ahead on a background thread (MR_DATA_AUTO: 2). Order
+ * and contents are unchanged; several prefetches act as one with the largest n.
+ * MR_ERR_INVALID if n < 0. */
+mr_status mr_data_prefetch(mr_dataset *in, int64_t n, mr_dataset **out) MR_WUR;
+
+/* Repeats the input count times (-1: forever; 0: empty). An input that is empty in a pass ends
+ * the repetition. MR_ERR_INVALID if count < -1. */
+mr_status mr_data_repeat(mr_dataset *in, int64_t count, mr_dataset **out) MR_WUR;
+
+/* The first n elements / all but the first n. MR_ERR_INVALID if n < 0. */
+mr_status mr_data_take(mr_dataset *in, int64_t n, mr_dataset **out) MR_WUR;
+mr_status mr_data_skip(mr_dataset *in, int64_t n, mr_dataset **out) MR_WUR;
+
+/* Drops a reference. NULL is a no-op. */
+void mr_data_free(mr_dataset *ds);
+
+/* The spec of one output element (for a batched pipeline: per element, without the batch dim),
+ * and the batch size (0 when unbatched). */
+const mr_data_spec *mr_data_element_spec(const mr_dataset *ds);
+int64_t mr_data_batch_size(const mr_dataset *ds);
+/* Hash of the pipeline's structure (sources' kind, size and spec; transforms and their parameters,
+ * except thread counts and prefetch depth, which do not change the sequence). */
+uint64_t mr_data_structure_hash(const mr_dataset *ds);
+
+/* ---- iterator ------------------------------------------------------------------------------- */
+
+/* One delivered element or batch: component c has data[c], of dtype[c] and shape[c] (with the
+ * leading batch dim, which is < the batch size for a final partial batch). */
+typedef struct mr_data_elem {
+    int n;
+    void *data[MR_DATA_MAX_COMPONENTS];
+    mr_dtype dtype[MR_DATA_MAX_COMPONENTS];
+    mr_shape shape[MR_DATA_MAX_COMPONENTS];
+} mr_data_elem;
+
+/* New iterator at the start of the dataset (retains ds). No thread starts before the first next.
+ * MR_ERR_NOMEM. Iterators are not thread-safe: use each from one thread at a time. */
+mr_status mr_data_iter_new(mr_dataset *ds, mr_data_iter **out) MR_WUR;
+
+/* Next element (batch). On success *end is 0 and out describes iterator-owned buffers valid until
+ * the next call on it (next, restore, free), or *end is 1 at the end of the data (every later call
+ * says end again). Errors (a source or map failure) are sticky: this and every later next returns
+ * the same status and message. */
+mr_status mr_data_iter_next(mr_data_iter *it, mr_data_elem *out, int *end) MR_WUR;
+
+/* Same, copying component c into bufs[c] (room for one full batch / element); out may be NULL. */
+mr_status mr_data_iter_next_into(mr_data_iter *it, void *const bufs[], mr_data_elem *out, int *end) MR_WUR;
+
+/* Number of elements (batches) delivered since the start (counting those before a restore). */
+int64_t mr_data_iter_position(const mr_data_iter *it);
+
+/* Serializes the state after the last delivered element into a malloc'd blob (*blob, *bytes;
+ * the caller frees it with free()). Layout: u32 magic "MRDI", u32 version, u64 structure hash,
+ * per-stage records; little-endian. MR_ERR_NOMEM; MR_ERR_INVALID on a failed iterator. */
+mr_status mr_data_iter_save(const mr_data_iter *it, void **blob, size_t *bytes) MR_WUR;
+
+/* Restores a blob from mr_data_iter_save of an iterator over a pipeline of the same structure:
+ * the next element delivered is the one that followed the save. Stops and drains the prefetch
+ * thread first. MR_ERR_FORMAT (bad magic, version, truncated, an out-of-range field, naming the
+ * byte offset), MR_ERR_INVALID (structure hash differs: another pipeline). On error the iterator
+ * is reset to the start of the data. */
+mr_status mr_data_iter_restore(mr_data_iter *it, const void *blob, size_t bytes) MR_WUR;
+
+/* Stops the prefetch thread and frees the iterator (releases its dataset). NULL is a no-op. */
+void mr_data_iter_free(mr_data_iter *it);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,428 @@
+/* The iterator: materialization, the prefetch thread and state blobs around the index chain
+ * (chain.c: the pipeline on element indices, without map and prefetch). The iterator keeps two copies of the chain: the
+ * producer's ("ahead"), which runs up to the queue's depth ahead and says what to materialize, and
+ * the consumer's, advanced once per delivered item, which is what save serializes. Both are pure
+ * index arithmetic, so the second copy costs nothing worth measuring and makes save exact without
+ * stopping the producer.
+ *
+ * Materialization: source read + maps for every entry of an item, written into a queue slot, with
+ * P OpenMP threads (P = the pipeline's map parallelism) over the entries of one batch, or over P
+ * unbatched items at once. Slots are filled in sequence order and delivered in sequence order, so
+ * thread count and timing change nothing but speed. With prefetch, one background pthread runs the
+ * rounds; without it next() runs a round itself when the queue is empty. */
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/chain_impl.h"
+
+typedef struct slot {
+    item it;
+    void *bufs[MR_DATA_MAX_COMPONENTS];
+    mr_status status;
+    int64_t err_entry;
+    char msg[512];
+} slot;
+
+typedef struct map_step {
+    mr_data_map_fn fn;
+    void *ctx;
+    mr_data_spec out;
+} map_step;
+
+struct mr_data_iter {
+    mr_dataset *ds;
+    const mr_dataset *src;
+    chain ahead, cons;
+    int64_t batch, item_cap;
+    int nmaps;
+    map_step *maps;
+    int threads;     /* P */
+    int64_t prefetch; /* 0: none */
+    int chunk;       /* items per round */
+    /* per thread scratch: level l (0 = source, m = after map m-1), component c */
+    void **scratch;  /* threads * (nmaps) * MR_DATA_MAX_COMPONENTS */
+    item cons_item;
+    /* queue */
+    int nslots;
+    slot *slots;
+    int64_t head, tail;
+    int held, eof, stop, thread_on, ended, failed;
+    mr_status fail_status;
+    char fail_msg[512];
+    int64_t position;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+
+/* ---- materialization ------------------------------------------------------------------------ */
+
+static void **scratch_of(mr_data_iter *it, int t, int level) {
+    return it->scratch + ((size_t)t * (size_t)it->nmaps + (size_t)level) * MR_DATA_MAX_COMPONENTS;
+}
+
+/* Source read + maps of one entry into dst[c] (one element each), with thread t's scratch. */
+static mr_status materialize(mr_data_iter *it, int t, const entry *e, void *const dst[]) {
+    void *const *in = it->nmaps ? scratch_of(it, t, 0) : dst;
+    mr_status st = it->src->src_read(it->src->src_impl, e->idx, in);
+    for (int m = 0; m < it->nmaps && st == MR_OK; m++) {
+        void *const *out = m == it->nmaps - 1 ? dst : scratch_of(it, t, m + 1);
+        st = it->maps[m].fn(it->maps[m].ctx, (const void *const *)in, out, e->idx, e->epoch);
+        if (st != MR_OK && mr_last_error()[0] == '\0') mr_set_error(st, "map %d failed on element %lld", m, (long long)e->idx);
+        in = out;
+    }
+    return st;
+}
+
+/* One round: waits for free slots, takes up to `chunk` items from the ahead chain and
+ * materializes them into their slots. Returns 0 when stopped. */
+static int produce_round(mr_data_iter *it) {
+    pthread_mutex_lock(&it->mu);
+    int64_t free_slots;
+    while ((free_slots = it->nslots - (it->tail - it->head)) <= 0 && !it->stop)
+        pthread_cond_wait(&it->cv, &it->mu);
+    int stop = it->stop;
+    int64_t tail = it->tail;
+    pthread_mutex_unlock(&it->mu);
+    if (stop) return 0;
+    int k = free_slots < it->chunk ? (int)free_slots : it->chunk, got = 0, eof = 0;
+    int64_t offs[65];
+    offs[0] = 0;
+    for (; got < k; got++) {
+        slot *s = &it->slots[(tail + got) % it->nslots];
+        s->status = MR_OK;
+        s->err_entry = INT64_MAX;
+        s->msg[0] = '\0';
+        int r = ds_chain_next(&it->ahead, it->ahead.n - 1, &s->it);
+        if (r == 0) { eof = 1; break; }
+        if (r < 0) {
+            s->status = MR_ERR_NOMEM;
+            s->it.n = 0;
+            snprintf(s->msg, sizeof s->msg, "data iterator: out of memory for the shuffle buffer");
+            offs[got + 1] = offs[got];
+            got++;
+            eof = 1;
+            break;
+        }
+        offs[got + 1] = offs[got] + s->it.n;
+    }
+    int64_t total = offs[got];
+#pragma omp parallel for num_threads(it->threads) schedule(static) if (it->threads > 1 && total > 1)
+    for (int64_t g = 0; g < total; g++) {
+        int j = 0;
+        while (offs[j + 1] <= g) j++;
+        slot *s = &it->slots[(tail + j) % it->nslots];
+        int64_t e = g - offs[j];
+        void *dst[MR_DATA_MAX_COMPONENTS];
+        for (int c = 0; c < it->ds->spec.n; c++) dst[c] = (char *)s->bufs[c] + (size_t)e * mr_data_spec_bytes(&it->ds->spec, c);
+        mr_clear_error();
+        mr_status st = materialize(it, omp_get_thread_num(), &s->it.e[e], dst);
+        if (st != MR_OK) {
+#pragma omp critical(mr_data_err)
+            if (e < s->err_entry) { /* the first failing entry wins, whatever the timing */
+                s->err_entry = e;
+                s->status = st;
+                snprintf(s->msg, sizeof s->msg, "%s", mr_last_error());
+            }
+        }
+    }
+    for (int j = 0; j < got; j++)
+        if (it->slots[(tail + j) % it->nslots].status != MR_OK) eof = 1;
+    pthread_mutex_lock(&it->mu);
+    it->tail += got;
+    if (eof) it->eof = 1;
+    pthread_cond_broadcast(&it->cv);
+    pthread_mutex_unlock(&it->mu);
+    return 1;
+}
+
+static void *producer_main(void *arg) {
+    mr_data_iter *it = arg;
+    for (;;) {
+        pthread_mutex_lock(&it->mu);
+        int done = it->stop || it->eof;
+        pthread_mutex_unlock(&it->mu);
+        if (done || !produce_round(it)) break;
+    }
+    return NULL;
+}
+
+static void stop_producer(mr_data_iter *it) {
+    if (!it->thread_on) return;
+    pthread_mutex_lock(&it->mu);
+    it->stop = 1;
+    pthread_cond_broadcast(&it->cv);
+    pthread_mutex_unlock(&it->mu);
+    pthread_join(it->thread, NULL);
+    it->thread_on = 0;
+    it->stop = 0;
+}
+
+/* Drops everything queued; both chains must be set by the caller. */
+static void reset_queue(mr_data_iter *it) {
+    stop_producer(it);
+    it->head = it->tail = 0;
+    it->held = it->eof = it->ended = it->failed = 0;
+    it->fail_status = MR_OK;
+    it->fail_msg[0] = '\0';
+}
+
+/* ---- public API ----------------------------------------------------------------------------- */
+
+void mr_data_iter_free(mr_data_iter *it) {
+    if (!it) return;
+    stop_producer(it);
+    ds_chain_free(&it->ahead);
+    ds_chain_free(&it->cons);
+    if (it->slots) {
+        for (int i = 0; i < it->nslots; i++) {
+            free(it->slots[i].it.e);
+            for (int c = 0; c < MR_DATA_MAX_COMPONENTS; c++) free(it->slots[i].bufs[c]);
+        }
+    }
+    free(it->slots);
+    if (it->scratch) {
+        size_t n = (size_t)it->threads * (size_t)it->nmaps * MR_DATA_MAX_COMPONENTS;
+        for (size_t i = 0; i < n; i++) free(it->scratch[i]);
+    }
+    free(it->scratch);
+    free(it->maps);
+    free(it->cons_item.e);
+    pthread_mutex_destroy(&it->mu);
+    pthread_cond_destroy(&it->cv);
+    mr_data_free(it->ds);
+    free(it);
+}
+
+mr_status mr_data_iter_new(mr_dataset *ds, mr_data_iter **out) {
+    mr_status st = MR_OK;
+    mr_data_iter *it = NULL;
+    if (!out) return mr_set_error(MR_ERR_INVALID, "mr_data_iter_new: out is NULL");
+    *out = NULL;
+    if (!ds) return mr_set_error(MR_ERR_INVALID, "mr_data_iter_new: dataset is NULL");
+    it = calloc(1, sizeof *it);
+    if (!it) return mr_set_error(MR_ERR_NOMEM, "mr_data_iter_new: out of memory");
+    pthread_mutex_init(&it->mu, NULL);
+    pthread_cond_init(&it->cv, NULL);
+    it->ds = ds;
+    atomic_fetch_add(&ds->refs, 1);
+    it->batch = ds->batch;
+    it->item_cap = ds->batch ? ds->batch : 1;
+    it->threads = 1;
+    /* maps (collected last to first), threads, prefetch depth, the source */
+    for (const mr_dataset *d = ds; d; d = d->in) {
+        if (d->kind == DS_MAP) {
+            it->nmaps++;
+            int p = d->parallel == MR_DATA_AUTO ? omp_get_max_threads() : d->parallel;
+            if (p > it->threads) it->threads = p;
+        }
+        if (d->kind == DS_PREFETCH && d->a > it->prefetch) it->prefetch = d->a;
+        if (d->kind == DS_SOURCE) it->src = d;
+    }
+    if (it->threads > 256) it->threads = 256;
+    it->maps = calloc((size_t)(it->nmaps ? it->nmaps : 1), sizeof(map_step));
+    MR_CHECK(it->maps, MR_ERR_NOMEM, "mr_data_iter_new: out of memory");
+    int m = it->nmaps;
+    for (const mr_dataset *d = ds; d; d = d->in)
+        if (d->kind == DS_MAP) it->maps[--m] = (map_step){d->map_fn, d->map_ctx, d->spec};
+    /* scratch: level 0 holds the source's element, level m the output of map m-1 */
+    if (it->nmaps) {
+        size_t n = (size_t)it->threads * (size_t)it->nmaps * MR_DATA_MAX_COMPONENTS;
+        it->scratch = calloc(n, sizeof(void *));
+        MR_CHECK(it->scratch, MR_ERR_NOMEM, "mr_data_iter_new: out of memory");
+        for (int t = 0; t < it->threads; t++)
+            for (int l = 0; l < it->nmaps; l++) {
+                const mr_data_spec *sp = l == 0 ? &it->src->spec : &it->maps[l - 1].out;
+                for (int c = 0; c < sp->n; c++) {
+                    size_t b = mr_data_spec_bytes(sp, c);
+                    scratch_of(it, t, l)[c] = malloc(b ? b : 1);
+                    MR_CHECK(scratch_of(it, t, l)[c], MR_ERR_NOMEM, "mr_data_iter_new: out of memory");
+                }
+            }
+    }
+    MR_TRY(ds_chain_build(ds, &it->ahead));
+    MR_TRY(ds_chain_build(ds, &it->cons));
+    it->cons_item.e = malloc(sizeof(entry) * (size_t)it->item_cap);
+    MR_CHECK(it->cons_item.e, MR_ERR_NOMEM, "mr_data_iter_new: out of memory");
+    it->chunk = it->batch ? 1 : (it->threads < 64 ? it->threads : 64);
+    it->nslots = (int)((it->prefetch > it->chunk ? it->prefetch : it->chunk) + 1);
+    it->slots = calloc((size_t)it->nslots, sizeof(slot));
+    MR_CHECK(it->slots, MR_ERR_NOMEM, "mr_data_iter_new: out of memory");
+    for (int i = 0; i < it->nslots; i++) {
+        slot *s = &it->slots[i];
+        s->it.e = malloc(sizeof(entry) * (size_t)it->item_cap);
+        MR_CHECK(s->it.e, MR_ERR_NOMEM, "mr_data_iter_new: out of memory");
+        for (int c = 0; c < ds->spec.n; c++) {
+            size_t b = mr_data_spec_bytes(&ds->spec, c) * (size_t)it->item_cap;
+            s->bufs[c] = malloc(b ? b : 1);
+            MR_CHECK(s->bufs[c], MR_ERR_NOMEM, "mr_data_iter_new: out of memory for a %zu-byte batch buffer", b);
+        }
+    }
+    *out = it;
+    return MR_OK;
+fail:
+    mr_data_iter_free(it);
+    return st;
+}
+
+mr_status mr_data_iter_next(mr_data_iter *it, mr_data_elem *out, int *end) {
+    if (!it || !out || !end) return mr_set_error(MR_ERR_INVALID, "mr_data_iter_next: NULL argument");
+    *end = 0;
+    if (it->failed) return mr_set_error(it->fail_status, "%s", it->fail_msg);
+    if (it->ended) { *end = 1; return MR_OK; }
+    pthread_mutex_lock(&it->mu);
+    if (it->held) {
+        it->head++;
+        it->held = 0;
+        pthread_cond_broadcast(&it->cv);
+    }
+    pthread_mutex_unlock(&it->mu);
+    if (it->prefetch > 0) {
+        if (!it->thread_on) {
+            if (pthread_create(&it->thread, NULL, producer_main, it) != 0)
+                return mr_set_error(MR_ERR_INTERNAL, "data iterator: cannot start the prefetch thread");
+            it->thread_on = 1;
+        }
+        pthread_mutex_lock(&it->mu);
+        while (it->head == it->tail && !it->eof) pthread_cond_wait(&it->cv, &it->mu);
+        pthread_mutex_unlock(&it->mu);
+    } else if (it->head == it->tail && !it->eof) {
+        produce_round(it);
+    }
+    pthread_mutex_lock(&it->mu);
+    int empty = it->head == it->tail;
+    pthread_mutex_unlock(&it->mu);
+    if (empty) {
+        it->ended = 1;
+        *end = 1;
+        return MR_OK;
+    }
+    slot *s = &it->slots[it->head % it->nslots];
+    if (s->status != MR_OK) {
+        it->failed = 1;
+        it->fail_status = s->status;
+        snprintf(it->fail_msg, sizeof it->fail_msg, "%s", s->msg);
+        return mr_set_error(it->fail_status, "%s", it->fail_msg);
+    }
+    /* advance the consumer's chain in lockstep: it is what save serializes */
+    int r = ds_chain_next(&it->cons, it->cons.n - 1, &it->cons_item);
+    if (r < 0) {
+        it->failed = 1;
+        it->fail_status = MR_ERR_NOMEM;
+        snprintf(it->fail_msg, sizeof it->fail_msg, "data iterator: out of memory for the shuffle buffer");
+        return mr_set_error(it->fail_status, "%s", it->fail_msg);
+    }
+    MR_ASSERT(r == 1 && it->cons_item.n == s->it.n &&
+              memcmp(it->cons_item.e, s->it.e, sizeof(entry) * (size_t)s->it.n) == 0);
+    it->held = 1;
+    it->position++;
+    const mr_data_spec *sp = &it->ds->spec;
+    out->n = sp->n;
+    for (int c = 0; c < MR_DATA_MAX_COMPONENTS; c++) {
+        out->data[c] = c < sp->n ? s->bufs[c] : NULL;
+        out->dtype[c] = c < sp->n ? sp->comp[c].dtype : MR_F32;
+        memset(&out->shape[c], 0, sizeof(mr_shape));
+        if (c >= sp->n) continue;
+        const mr_shape *es = &sp->comp[c].shape;
+        if (it->batch) {
+            out->shape[c].ndim = es->ndim + 1;
+            out->shape[c].dim[0] = s->it.n;
+            for (int d = 0; d < es->ndim; d++) out->shape[c].dim[d + 1] = es->dim[d];
+        } else {
+            out->shape[c] = *es;
+        }
+    }
+    return MR_OK;
+}
+
+mr_status mr_data_iter_next_into(mr_data_iter *it, void *const bufs[], mr_data_elem *out, int *end) {
+    mr_data_elem tmp;
+    if (!bufs) return mr_set_error(MR_ERR_INVALID, "mr_data_iter_next_into: bufs is NULL");
+    mr_status st = mr_data_iter_next(it, &tmp, end);
+    if (st != MR_OK || *end) return st;
+    for (int c = 0; c < tmp.n; c++) {
+        size_t b = (size_t)mr_shape_numel(&tmp.shape[c]) * mr_dtype_size(tmp.dtype[c]);
+        memcpy(bufs[c], tmp.data[c], b);
+        tmp.data[c] = bufs[c];
+    }
+    if (out) *out = tmp;
+    return MR_OK;
+}
+
+int64_t mr_data_iter_position(const mr_data_iter *it) { return it ? it->position : 0; }
+
+mr_status mr_data_iter_save(const mr_data_iter *it, void **blob, size_t *bytes) {
+    if (!it || !blob || !bytes) return mr_set_error(MR_ERR_INVALID, "mr_data_iter_save: NULL argument");
+    *blob = NULL;
+    *bytes = 0;
+    if (it->failed) return mr_set_error(MR_ERR_INVALID, "mr_data_iter_save: the iterator failed: %s", it->fail_msg);
+    wbuf w = {0};
+    ds_put(&w, STATE_MAGIC, 4);
+    ds_put(&w, STATE_VERSION, 4);
+    ds_put(&w, it->ds->hash, 8);
+    ds_put(&w, (uint64_t)it->cons.n, 4);
+    ds_put(&w, (uint64_t)it->ended, 4);
+    ds_put(&w, (uint64_t)it->position, 8);
+    ds_chain_save(&it->cons, &w);
+    if (w.oom) {
+        free(w.p);
+        return mr_set_error(MR_ERR_NOMEM, "mr_data_iter_save: out of memory");
+    }
+    *blob = w.p;
+    *bytes = w.n;
+    return MR_OK;
+}
+
+mr_status mr_data_iter_restore(mr_data_iter *it, const void *blob, size_t bytes) {
+    if (!it || (!blob && bytes)) return mr_set_error(MR_ERR_INVALID, "mr_data_iter_restore: NULL argument");
+    reset_queue(it);
+    ds_chain_restart(&it->cons);
+    ds_chain_restart(&it->ahead);
+    it->position = 0;
+    rbuf r = {blob, bytes, 0, MR_OK};
+    uint32_t magic = (uint32_t)ds_get(&r, 4, "magic");
+    if (r.st == MR_OK && magic != STATE_MAGIC)
+        r.st = mr_set_error(MR_ERR_FORMAT, "data state blob: offset 0: bad magic 0x%08x (expected 0x%08x \"MRDI\")", magic,
+                            STATE_MAGIC);
+    uint32_t version = (uint32_t)ds_get(&r, 4, "version");
+    if (r.st == MR_OK && version != STATE_VERSION)
+        r.st = mr_set_error(MR_ERR_FORMAT, "data state blob: offset 4: version %u, this build reads %u", version,
+                            STATE_VERSION);
+    uint64_t hash = ds_get(&r, 8, "structure hash");
+    if (r.st == MR_OK && hash != it->ds->hash)
+        r.st = mr_set_error(MR_ERR_INVALID,
+                            "data state blob: offset 8: structure hash %016llx differs from this pipeline's %016llx; "
+                            "HINT: the state was saved from another pipeline (transforms, parameters or source)",
+                            (unsigned long long)hash, (unsigned long long)it->ds->hash);
+    uint32_t nst = (uint32_t)ds_get(&r, 4, "stage count");
+    if (r.st == MR_OK && nst != (uint32_t)it->cons.n)
+        r.st = mr_set_error(MR_ERR_FORMAT, "data state blob: offset 16: %u stages, the pipeline has %d", nst, it->cons.n);
+    uint32_t ended = (uint32_t)ds_get(&r, 4, "end flag");
+    int64_t position = (int64_t)ds_get(&r, 8, "position");
+    if (r.st == MR_OK && (ended > 1 || position < 0))
+        r.st = mr_set_error(MR_ERR_FORMAT, "data state blob: offset 20: bad end flag %u or position %lld", ended,
+                            (long long)position);
+    size_t body = r.at;
+    if (r.st == MR_OK) ds_chain_load(&it->cons, &r);
+    if (r.st == MR_OK) {
+        rbuf r2 = {blob, bytes, body, MR_OK};
+        ds_chain_load(&it->ahead, &r2);
+        r.st = r2.st;
+    }
+    if (r.st == MR_OK && r.at != bytes)
+        r.st = mr_set_error(MR_ERR_FORMAT, "data state blob: offset %zu: %zu trailing bytes", r.at, bytes - r.at);
+    if (r.st != MR_OK) {
+        mr_status st = r.st;
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", mr_last_error());
+        ds_chain_restart(&it->cons);
+        ds_chain_restart(&it->ahead);
+        return mr_set_error(st, "%s", msg);
+    }
+    it->position = position;
+    it->ended = (int)ended;
+    it->eof = (int)ended;
+    return MR_OK;
+}
