@@ -1,0 +1,212 @@
+/* Optimizers, schedules, clipping and loss scaling (see optim.h). The updates run the op table's
+ * fused kernels (MR_OP_SGD_UPDATE, MR_OP_ADAMW_UPDATE) over the whole contiguous buffer. */
+#include "optim/optim.h"
+#include "core/ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct mr_optim {
+    mr_optim_cfg cfg;
+    int64_t n, steps;
+    float *slot[2];
+};
+
+mr_optim_cfg mr_optim_cfg_default(mr_optim_kind kind) {
+    mr_optim_cfg c;
+    memset(&c, 0, sizeof c);
+    c.kind = kind;
+    c.lr = 1e-3;
+    c.beta1 = 0.9;
+    c.beta2 = 0.999;
+    c.eps = 1e-8;
+    c.weight_decay = kind == MR_OPTIM_ADAMW ? 0.01 : 0.0;
+    return c;
+}
+
+static mr_status check_cfg(const mr_optim_cfg *c) {
+    if (c->kind < MR_OPTIM_SGD || c->kind > MR_OPTIM_ADAMW)
+        return mr_set_error(MR_ERR_INVALID, "optimizer.type: unknown optimizer %d", (int)c->kind);
+    if (!(c->lr >= 0) || !isfinite(c->lr)) return mr_set_error(MR_ERR_INVALID, "optimizer.lr: must be >= 0, got %g", c->lr);
+    if (!(c->weight_decay >= 0) || !isfinite(c->weight_decay))
+        return mr_set_error(MR_ERR_INVALID, "optimizer.weight_decay: must be >= 0, got %g", c->weight_decay);
+    if (c->kind == MR_OPTIM_SGD) {
+        if (!(c->momentum >= 0) || !isfinite(c->momentum))
+            return mr_set_error(MR_ERR_INVALID, "optimizer.momentum: must be >= 0, got %g", c->momentum);
+        if (c->nesterov && (c->momentum <= 0 || c->dampening != 0))
+            return mr_set_error(MR_ERR_INVALID, "optimizer.nesterov: needs momentum > 0 and dampening 0");
+        return MR_OK;
+    }
+    if (!(c->beta1 >= 0 && c->beta1 < 1)) return mr_set_error(MR_ERR_INVALID, "optimizer.beta1: must be in [0, 1), got %g", c->beta1);
+    if (!(c->beta2 >= 0 && c->beta2 < 1)) return mr_set_error(MR_ERR_INVALID, "optimizer.beta2: must be in [0, 1), got %g", c->beta2);
+    if (!(c->eps >= 0) || !isfinite(c->eps)) return mr_set_error(MR_ERR_INVALID, "optimizer.eps: must be >= 0, got %g", c->eps);
+    return MR_OK;
+}
+
+mr_status mr_optim_new(const mr_optim_cfg *cfg, int64_t n, mr_optim **out) {
+    *out = NULL;
+    mr_status st = check_cfg(cfg);
+    if (st != MR_OK) return st;
+    if (n < 0) return mr_set_error(MR_ERR_INVALID, "optimizer: %lld parameters", (long long)n);
+    mr_optim *o = calloc(1, sizeof *o);
+    if (!o) return mr_set_error(MR_ERR_NOMEM, "optimizer: out of memory");
+    o->cfg = *cfg;
+    o->n = n;
+    int slots = mr_optim_num_slots(o);
+    for (int i = 0; i < slots; i++) {
+        o->slot[i] = calloc((size_t)(n ? n : 1), sizeof(float));
+        if (!o->slot[i]) {
+            mr_optim_free(o);
+            return mr_set_error(MR_ERR_NOMEM, "optimizer: out of memory for %lld floats of state", (long long)n);
+        }
+    }
+    *out = o;
+    return MR_OK;
+}
+
+void mr_optim_free(mr_optim *o) {
+    if (!o) return;
+    free(o->slot[0]);
+    free(o->slot[1]);
+    free(o);
+}
+
+int64_t mr_optim_steps(const mr_optim *o) { return o->steps; }
+void mr_optim_set_steps(mr_optim *o, int64_t steps) { o->steps = steps; }
+
+int mr_optim_num_slots(const mr_optim *o) {
+    if (o->cfg.kind == MR_OPTIM_SGD) return o->cfg.momentum != 0.0 ? 1 : 0;
+    return 2;
+}
+
+const char *mr_optim_slot_name(const mr_optim *o, int slot) {
+    if (o->cfg.kind == MR_OPTIM_SGD) return slot == 0 ? "momentum_buffer" : "";
+    return slot == 0 ? "exp_avg" : slot == 1 ? "exp_avg_sq" : "";
+}
+
+float *mr_optim_slot(const mr_optim *o, int slot) { return slot >= 0 && slot < 2 ? o->slot[slot] : NULL; }
+
+mr_status mr_optim_step(mr_optim *o, float *params, float *grads, double lr) {
+    if (!(lr >= 0) || !isfinite(lr)) return mr_set_error(MR_ERR_INVALID, "optimizer: learning rate %g", lr);
+    mr_shape s = mr_shape_1d(o->n);
+    mr_op_args a;
+    if (o->cfg.kind == MR_OPTIM_SGD) {
+        mr_op_args_init(&a, MR_OP_SGD_UPDATE);
+        a.p.sgd = (mr_sgd_params){lr, o->cfg.momentum, o->cfg.dampening, o->cfg.weight_decay, o->cfg.nesterov,
+                                  o->steps == 0};
+        a.in[2] = (mr_view){o->slot[0], MR_F32, s};
+    } else {
+        double wd = o->cfg.weight_decay;
+        if (o->cfg.kind == MR_OPTIM_ADAM && wd != 0.0) {
+            /* Adam's L2 term joins the gradient (torch.optim.Adam); AdamW's is decoupled */
+            const float w = (float)wd;
+#pragma omp parallel for simd schedule(static) if (o->n > 65536)
+            for (int64_t i = 0; i < o->n; i++) grads[i] += w * params[i];
+            wd = 0.0;
+        }
+        mr_op_args_init(&a, MR_OP_ADAMW_UPDATE);
+        a.p.adamw = (mr_adamw_params){lr, o->cfg.beta1, o->cfg.beta2, o->cfg.eps, wd, o->steps + 1};
+        a.in[2] = (mr_view){o->slot[0], MR_F32, s};
+        a.in[3] = (mr_view){o->slot[1], MR_F32, s};
+    }
+    a.in[0] = (mr_view){params, MR_F32, s};
+    a.in[1] = (mr_view){grads, MR_F32, s};
+    mr_status st = mr_op_run(MR_DEVICE_CPU, &a);
+    if (st == MR_OK) o->steps++;
+    return st;
+}
+
+/* ---- schedules -------------------------------------------------------------------------------- */
+
+mr_status mr_schedule_check(const mr_schedule_cfg *s) {
+    if (s->kind < MR_SCHEDULE_CONSTANT || s->kind > MR_SCHEDULE_LINEAR)
+        return mr_set_error(MR_ERR_INVALID, "schedule.type: unknown schedule %d", (int)s->kind);
+    if (s->warmup < 0) return mr_set_error(MR_ERR_INVALID, "schedule.warmup: must be >= 0, got %lld", (long long)s->warmup);
+    if (s->kind == MR_SCHEDULE_STEP && s->step_size <= 0)
+        return mr_set_error(MR_ERR_INVALID, "schedule.step_size: must be >= 1, got %lld", (long long)s->step_size);
+    if (s->kind == MR_SCHEDULE_STEP && !(s->gamma > 0))
+        return mr_set_error(MR_ERR_INVALID, "schedule.gamma: must be > 0, got %g", s->gamma);
+    if (!(s->min_lr >= 0)) return mr_set_error(MR_ERR_INVALID, "schedule.min_lr: must be >= 0, got %g", s->min_lr);
+    return MR_OK;
+}
+
+double mr_schedule_lr(const mr_schedule_cfg *s, double lr, int64_t t) {
+    if (t < s->warmup) return lr * (double)(t + 1) / (double)s->warmup;
+    int64_t u = t - s->warmup, span = s->total - s->warmup;
+    double progress = span > 0 ? (double)u / (double)span : 1.0;
+    if (progress > 1.0) progress = 1.0;
+    switch (s->kind) {
+    case MR_SCHEDULE_STEP: return lr * pow(s->gamma, (double)(u / s->step_size));
+    case MR_SCHEDULE_COSINE: return s->min_lr + (lr - s->min_lr) * 0.5 * (1.0 + cos(M_PI * progress));
+    case MR_SCHEDULE_LINEAR: return lr + (s->min_lr - lr) * progress;
+    default: return lr;
+    }
+}
+
+/* ---- clipping and loss scaling ---------------------------------------------------------------- */
+
+enum { BLOCK = 8192 };
+
+void mr_clip_grad_norm(float *grads, int64_t n, double max_norm, double *norm) {
+    /* per-block sums in double, added in block order: the same bits for any thread count */
+    int64_t nb = (n + BLOCK - 1) / BLOCK;
+    double *part = calloc((size_t)(nb ? nb : 1), sizeof *part), total = 0.0;
+    if (!part) { /* no memory for partials: one sequential pass, same order of blocks */
+        for (int64_t b = 0; b < nb; b++) {
+            double s = 0.0;
+            for (int64_t i = b * BLOCK; i < n && i < (b + 1) * BLOCK; i++) s += (double)grads[i] * grads[i];
+            total += s;
+        }
+    } else {
+#pragma omp parallel for schedule(static) if (nb > 4)
+        for (int64_t b = 0; b < nb; b++) {
+            double s = 0.0;
+            int64_t e = (b + 1) * BLOCK < n ? (b + 1) * BLOCK : n;
+            for (int64_t i = b * BLOCK; i < e; i++) s += (double)grads[i] * grads[i];
+            part[b] = s;
+        }
+        for (int64_t b = 0; b < nb; b++) total += part[b];
+        free(part);
+    }
+    double nrm = sqrt(total);
+    if (norm) *norm = nrm;
+    if (max_norm > 0 && isfinite(nrm) && nrm > max_norm) {
+        const float f = (float)(max_norm / (nrm + 1e-6));
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+        for (int64_t i = 0; i < n; i++) grads[i] *= f;
+    }
+}
+
+mr_loss_scaler mr_loss_scaler_default(void) {
+    mr_loss_scaler s = {32768.0, 2.0, 0.5, 1.0, 2000, 0, 0};
+    return s;
+}
+
+int mr_grads_finite(const float *grads, int64_t n) {
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (n > 65536)
+    for (int64_t i = 0; i < n; i++) bad |= !isfinite(grads[i]);
+    return !bad;
+}
+
+int mr_loss_scaler_update(mr_loss_scaler *s, int finite) {
+    if (!finite) {
+        s->scale *= s->backoff_factor;
+        if (s->scale < s->min_scale) s->scale = s->min_scale;
+        s->good_steps = 0;
+        s->skipped++;
+        return 0;
+    }
+    if (++s->good_steps >= s->growth_interval) {
+        s->scale *= s->growth_factor;
+        s->good_steps = 0;
+    }
+    return 1;
+}
+
+void mr_grads_unscale(float *grads, int64_t n, double scale) {
+    const float inv = (float)(1.0 / scale);
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++) grads[i] *= inv;
+}
