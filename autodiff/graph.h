@@ -148,6 +148,9 @@ void *mr_plan_data(const mr_plan *p, mr_val v);
  * take without sharing. */
 size_t mr_plan_arena_bytes(const mr_plan *p);
 size_t mr_plan_unshared_bytes(const mr_plan *p);
+/* Runs kernels [first, last) only (first <= last <= mr_plan_num_kernels): how a trainer times
+ * the forward (the kernels before the first backward node) apart from the backward. */
+mr_status mr_plan_run_range(mr_plan *p, int32_t first, int32_t last) MR_WUR;
 /* Number of kernels one run launches. */
 int32_t mr_plan_num_kernels(const mr_plan *p);
 /* Times every kernel of later runs, summed per op (on a GPU each kernel is synchronised, which

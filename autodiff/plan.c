@@ -253,7 +253,12 @@ mr_status mr_plan_bind(mr_plan *p, mr_val v, void *data) {
     return MR_OK;
 }
 
-mr_status mr_plan_run(mr_plan *p) {
+mr_status mr_plan_run(mr_plan *p) { return mr_plan_run_range(p, 0, p->nnodes); }
+
+mr_status mr_plan_run_range(mr_plan *p, int32_t first, int32_t last) {
+    if (first < 0 || last > p->nnodes || first > last)
+        return mr_set_error(MR_ERR_INVALID, "plan: kernel range [%d, %d) outside [0, %d)", (int)first, (int)last,
+                            (int)p->nnodes);
     if (p->dirty) {
         for (int32_t i = 0; i < p->npatches; i++) {
             const patch *q = &p->patches[i];
@@ -267,13 +272,13 @@ mr_status mr_plan_run(mr_plan *p) {
         p->dirty = 0;
     }
     if (!p->profile) {
-        for (int32_t n = 0; n < p->nnodes; n++) {
+        for (int32_t n = first; n < last; n++) {
             mr_status st = p->fns[n](&p->args[n]);
             if (st != MR_OK) return st;
         }
         return MR_OK;
     }
-    for (int32_t n = 0; n < p->nnodes; n++) {
+    for (int32_t n = first; n < last; n++) {
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         mr_status st = p->fns[n](&p->args[n]);

@@ -68,6 +68,7 @@ static mr_status compile(mr_steps *s, int64_t batch, int train, mr_step **out) {
     MR_CHECK(pv && gv && keep, MR_ERR_NOMEM, "steps: out of memory");
     for (int32_t i = 0; i < np; i++) pv[i] = mr_graph_param_at(step->g, i);
     int nkeep = 0;
+    step->n_forward = mr_graph_num_nodes(step->g); /* nodes are planned in creation order */
     keep[nkeep++] = step->io.loss;
     keep[nkeep++] = step->io.out;
     if (train) {

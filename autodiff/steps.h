@@ -30,6 +30,7 @@ typedef struct mr_step {
     mr_graph *g;
     mr_plan *plan;
     mr_step_io io;
+    int32_t n_forward; /* the plan's first n_forward kernels are the forward (mr_plan_run_range) */
 } mr_step;
 
 typedef struct mr_steps mr_steps;
