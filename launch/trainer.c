@@ -177,7 +177,7 @@ static mr_status check_cfg(const mr_train_cfg *c) {
     return mr_schedule_check(&c->schedule);
 }
 
-static mr_status make_run_dir(const char *dir) {
+mr_status mr_mkdirs(const char *dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s", dir);
     for (char *q = path + 1; *q; q++) {
@@ -229,7 +229,7 @@ mr_status mr_train(const mr_train_cfg *cfg, mr_train_result *res) {
         MR_CHECK(acc, MR_ERR_NOMEM, "trainer: out of memory for the accumulation buffer");
     }
     if (c.run_dir) {
-        MR_TRY(make_run_dir(c.run_dir));
+        MR_TRY(mr_mkdirs(c.run_dir));
         char path[4096];
         snprintf(path, sizeof path, "%s/metrics.jsonl", c.run_dir);
         metrics = fopen(path, "w");

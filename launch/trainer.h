@@ -47,6 +47,9 @@ typedef struct mr_train_result {
 /* Defaults: 1000 steps, batch 128, AdamW 1e-3, constant schedule, log every 50, eval at the end. */
 mr_train_cfg mr_train_cfg_default(void);
 
+/* mkdir -p: creates dir and its missing parents. MR_ERR_IO naming the path that failed. */
+mr_status mr_mkdirs(const char *dir) MR_WUR;
+
 /* Trains from scratch. MR_ERR_INVALID (a bad config, naming the field), MR_ERR_NOT_FOUND / IO /
  * FORMAT (data), MR_ERR_INVALID "non-finite loss at step N" when training diverges. */
 mr_status mr_train(const mr_train_cfg *cfg, mr_train_result *res) MR_WUR;

@@ -22,6 +22,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# launch/demo.sh shares the install step above and builds on its own
+if [ "${MIRROR_INSTALL_ONLY:-0}" = "1" ]; then exit 0; fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
 cuda="${MIRROR_CUDA:-AUTO}"

@@ -1,0 +1,856 @@
+/* The experiment config: one table of keys (dotted path, kind, offset, range) drives parsing,
+ * validation, --set, to_yaml (and so the hash) and sweeps, so a key added to the table is
+ * parsed, checked, overridable, saved and sweepable at once.
+ *
+ * YAML is loaded with libyaml's document API (nodes carry line/column marks). A mapping at path P
+ * accepts a key K when "P.K" is a table key (the value goes to the key's setter) or a prefix of
+ * one (a section: recurse). --set parses its value as a one-node YAML document and calls the same
+ * setters; sweeps apply their values through the same scalar setter. */
+#include "launch/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#include "launch/config_impl.h"
+
+_Static_assert(sizeof(mr_model_type) == sizeof(int), "enum fields are written as int");
+_Static_assert(sizeof(mr_optim_kind) == sizeof(int), "enum fields are written as int");
+
+/* ---- the key table ---------------------------------------------------------------------------- */
+
+static const char *const MODEL_TYPES[] = {"mlp", "cnn", "gpt", NULL};
+static const char *const SOURCES[] = {"none", "idx", "tokens", "text", "hdf5", NULL};
+static const char *const OPTIMS[] = {"sgd", "adam", "adamw", NULL};
+static const char *const SCHEDS[] = {"constant", "step", "cosine", "linear", NULL};
+static const char *const POLICIES[] = {"float32", "mixed_float16", "mixed_bfloat16", NULL};
+static const char *const BACKENDS[] = {"auto", "nccl", "mpi", "local", NULL};
+static const char *const METHODS[] = {"none", "grid", "random", NULL};
+static const char *const GOALS[] = {"max", "min", NULL};
+
+#define OFF(m) offsetof(mr_experiment, m)
+#define BIG 9.0e18
+#define FI(p, m, lo) {p, K_INT, OFF(m), 0, lo, BIG, 0, NULL}
+#define FN(p, m, lo, hi, fl) {p, K_NUM, OFF(m), 0, lo, hi, fl, NULL}
+#define FB(p, m) {p, K_BOOL, OFF(m), 0, 0, 0, 0, NULL}
+#define FS(p, m, fl) {p, K_STR, OFF(m), sizeof(((mr_experiment *)0)->m), 0, 0, fl, NULL}
+#define FE(p, m, names) {p, K_ENUM, OFF(m), 0, 0, 0, 0, names}
+#define DATA_FIELDS(s)                                                                              \
+    FE("data." #s ".source", data.s.source, SOURCES), FS("data." #s ".images", data.s.images, F_FILE), \
+    FS("data." #s ".labels", data.s.labels, F_FILE), FS("data." #s ".path", data.s.path, F_FILE),     \
+    FS("data." #s ".x_dataset", data.s.x_dataset, F_NONEMPTY),                                        \
+    FS("data." #s ".y_dataset", data.s.y_dataset, F_NONEMPTY), FI("data." #s ".context", data.s.context, 0), \
+    FI("data." #s ".token_bytes", data.s.token_bytes, 2), FI("data." #s ".shuffle", data.s.shuffle, 0),      \
+    FI("data." #s ".seed", data.s.seed, 0)
+
+const field mr_cfg_fields[] = {
+    FI("seed", seed, 0),
+    FE("model.type", model.type, MODEL_TYPES),
+    {"model.sizes", K_SIZES, OFF(model), 0, 0, 0, 0, NULL},
+    {"model.channels", K_CHANNELS, OFF(model), 0, 0, 0, 0, NULL},
+    {"model.input", K_INPUT, OFF(model), 0, 0, 0, 0, NULL},
+    FI("model.hidden", model.hidden, 1), FI("model.classes", model.classes, 2),
+    FI("model.vocab", model.vocab, 2), FI("model.context", model.context, 1),
+    FI("model.layers", model.layers, 1), FI("model.heads", model.heads, 1), FI("model.embd", model.embd, 1),
+    FN("model.dropout", model.dropout, 0, 1, F_HI_EXCL),
+    DATA_FIELDS(train),
+    DATA_FIELDS(eval),
+    FE("optimizer.type", optimizer.type, OPTIMS),
+    FN("optimizer.lr", optimizer.lr, 0, BIG, F_LO_EXCL),
+    FN("optimizer.momentum", optimizer.momentum, 0, 1, F_HI_EXCL),
+    FB("optimizer.nesterov", optimizer.nesterov),
+    FN("optimizer.weight_decay", optimizer.weight_decay, 0, BIG, 0),
+    FN("optimizer.beta1", optimizer.beta1, 0, 1, F_HI_EXCL),
+    FN("optimizer.beta2", optimizer.beta2, 0, 1, F_HI_EXCL),
+    FN("optimizer.eps", optimizer.eps, 0, BIG, F_LO_EXCL),
+    FN("optimizer.grad_clip", optimizer.grad_clip, 0, BIG, 0),
+    FE("schedule.type", schedule.type, SCHEDS),
+    FI("schedule.warmup", schedule.warmup, 0), FI("schedule.step_size", schedule.step_size, 1),
+    FN("schedule.gamma", schedule.gamma, 0, BIG, F_LO_EXCL),
+    FN("schedule.min_lr", schedule.min_lr, 0, BIG, 0),
+    FE("precision.policy", precision.policy, POLICIES),
+    FN("precision.loss_scale.initial", precision.loss_scale.initial, 0, BIG, F_LO_EXCL),
+    FI("precision.loss_scale.growth_interval", precision.loss_scale.growth_interval, 1),
+    FN("precision.loss_scale.growth_factor", precision.loss_scale.growth_factor, 1, BIG, F_LO_EXCL),
+    FN("precision.loss_scale.backoff_factor", precision.loss_scale.backoff_factor, 0, 1, F_LO_EXCL | F_HI_EXCL),
+    FN("precision.loss_scale.min", precision.loss_scale.min, 0, BIG, F_LO_EXCL),
+    FI("train.steps", train.steps, 1), FI("train.batch", train.batch, 1), FI("train.eval_every", train.eval_every, 0),
+    FI("train.log_every", train.log_every, 1), FI("train.accumulate", train.accumulate, 1),
+    FS("checkpoint.dir", checkpoint.dir, F_NONEMPTY), FI("checkpoint.every", checkpoint.every, 0),
+    FI("checkpoint.keep", checkpoint.keep, 0), FS("checkpoint.resume", checkpoint.resume, F_RESUME | F_NONEMPTY),
+    FS("checkpoint.init_from", checkpoint.init_from, F_FILE),
+    {"distribute.devices", K_DEVICES, OFF(distribute), 0, 0, 0, 0, NULL},
+    FE("distribute.backend", distribute.backend, BACKENDS),
+    FN("distribute.bucket_mb", distribute.bucket_mb, 0, BIG, F_LO_EXCL),
+    FN("distribute.timeout_s", distribute.timeout_s, 0, BIG, F_LO_EXCL),
+    FB("distribute.shard_optimizer", distribute.shard_optimizer),
+    FE("sweep.method", sweep.method, METHODS), FI("sweep.trials", sweep.trials, 1), FI("sweep.seed", sweep.seed, 0),
+    FS("sweep.metric", sweep.metric, F_NONEMPTY), FE("sweep.goal", sweep.goal, GOALS),
+    {"sweep.params", K_PARAMS, OFF(sweep), 0, 0, 0, 0, NULL},
+};
+const int mr_cfg_n_fields = (int)(sizeof mr_cfg_fields / sizeof mr_cfg_fields[0]);
+#define FIELDS mr_cfg_fields
+#define N_FIELDS mr_cfg_n_fields
+
+/* Common names from other frameworks, offered as did-you-mean targets (alias -> our key). */
+static const char *const ALIASES[][2] = {
+    {"learning_rate", "lr"}, {"batch_size", "batch"}, {"max_steps", "steps"}, {"num_steps", "steps"},
+    {"iterations", "steps"}, {"wd", "weight_decay"}, {"max_grad_norm", "grad_clip"}, {"clip_grad_norm", "grad_clip"},
+    {"warmup_steps", "warmup"}, {"num_classes", "classes"}, {"n_layer", "layers"}, {"n_head", "heads"},
+    {"n_embd", "embd"}, {"vocab_size", "vocab"}, {"block_size", "context"}, {"epsilon", "eps"},
+    {"grad_accum", "accumulate"}, {"gradient_accumulation_steps", "accumulate"}, {"save_every", "every"},
+    {"optim", "optimizer"}, {"scheduler", "schedule"}, {"lr_schedule", "schedule"}, {"dataset", "data"},
+};
+
+const field *mr_cfg_find_field(const char *path) {
+    for (int i = 0; i < N_FIELDS; i++)
+        if (!strcmp(FIELDS[i].path, path)) return &FIELDS[i];
+    return NULL;
+}
+
+/* Is `path` a section (a strict prefix, at a dot, of some key)? "" is the root. */
+static int is_section(const char *path) {
+    size_t n = strlen(path);
+    if (n == 0) return 1;
+    for (int i = 0; i < N_FIELDS; i++)
+        if (!strncmp(FIELDS[i].path, path, n) && FIELDS[i].path[n] == '.') return 1;
+    return 0;
+}
+
+static int edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63) return 99;
+    int d[64][64];
+    for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            int c = d[i - 1][j - 1] + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+            if (d[i - 1][j] + 1 < c) c = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < c) c = d[i][j - 1] + 1;
+            d[i][j] = c;
+        }
+    return d[la][lb];
+}
+
+/* Best candidate for `key`: considers `cand` itself and the aliases that point at it. */
+static void consider(const char *key, const char *cand, const char **best, int *best_d) {
+    int d = edit_distance(key, cand);
+    if (d < *best_d) { *best_d = d; *best = cand; }
+    for (size_t a = 0; a < sizeof ALIASES / sizeof ALIASES[0]; a++)
+        if (!strcmp(ALIASES[a][1], cand)) {
+            d = edit_distance(key, ALIASES[a][0]);
+            if (d < *best_d) { *best_d = d; *best = cand; }
+        }
+}
+
+static int close_enough(const char *key, int d) { return d <= 2 || d <= (int)strlen(key) / 3; }
+
+/* The valid child key of section `sec` nearest to `key`, copied to buf, or NULL. */
+static const char *suggest_child(const char *sec, const char *key, char *buf, size_t cap) {
+    size_t n = strlen(sec);
+    int best_d = 99;
+    char child[MR_CFG_NAME_MAX];
+    for (int i = 0; i < N_FIELDS; i++) {
+        const char *p = FIELDS[i].path;
+        if (n) {
+            if (strncmp(p, sec, n) || p[n] != '.') continue;
+            p += n + 1;
+        }
+        size_t len = strcspn(p, ".");
+        if (len >= sizeof child) continue;
+        memcpy(child, p, len);
+        child[len] = '\0';
+        const char *b = NULL;
+        int d = best_d;
+        consider(key, child, &b, &d);
+        if (b) {
+            best_d = d;
+            snprintf(buf, cap, "%s", child);
+        }
+    }
+    return best_d < 99 && close_enough(key, best_d) ? buf : NULL;
+}
+
+/* The full key nearest to `key` (for --set and sweep.params). */
+static const char *suggest_path(const char *key) {
+    const char *best = NULL;
+    int best_d = 99;
+    for (int i = 0; i < N_FIELDS; i++) {
+        if (FIELDS[i].k == K_PARAMS) continue;
+        consider(key, FIELDS[i].path, &best, &best_d);
+        const char *leaf = strrchr(FIELDS[i].path, '.');
+        const char *kl = strrchr(key, '.');
+        /* a typo in the leaf only: compare leaves when the sections match */
+        if (leaf && kl && kl - key == leaf - FIELDS[i].path && !strncmp(key, FIELDS[i].path, (size_t)(kl - key))) {
+            int d = 99;
+            const char *b = NULL;
+            consider(kl + 1, leaf + 1, &b, &d);
+            if (d < best_d) { best_d = d; best = FIELDS[i].path; }
+        }
+    }
+    return best && close_enough(key, best_d) ? best : NULL;
+}
+
+/* ---- errors with a position ------------------------------------------------------------------- */
+
+static pos at_mark(const char *name, yaml_mark_t m) { return (pos){name, (int)m.line + 1, (int)m.column + 1}; }
+
+static mr_status perr(mr_status s, pos p, const char *fmt, ...) MR_PRINTF(3, 4);
+static mr_status perr(mr_status s, pos p, const char *fmt, ...) {
+    char msg[768], where[MR_CFG_PATH_MAX + 32];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    /* mr_set_error_at writes "file:line: ": file carries "name:line" so the output is name:line:col */
+    if (p.line > 0) snprintf(where, sizeof where, "%s:%d", p.name, p.line);
+    else snprintf(where, sizeof where, "%s", p.name);
+    return mr_set_error_at(s, where, p.col, "%s", msg);
+}
+
+/* ---- scalar setters (shared by YAML, --set and sweeps) ----------------------------------------- */
+
+static int parse_i64(const char *s, int64_t *v) {
+    if (!*s || isspace((unsigned char)*s)) return 0;
+    errno = 0;
+    char *end;
+    long long x = strtoll(s, &end, 10);
+    if (*end || errno) return 0;
+    *v = x;
+    return 1;
+}
+
+static int parse_f64(const char *s, double *v) {
+    if (!*s || isspace((unsigned char)*s)) return 0;
+    char *end;
+    double x = strtod(s, &end);
+    if (*end || !isfinite(x)) return 0;
+    *v = x;
+    return 1;
+}
+
+static int parse_bool(const char *s, int *v) {
+    static const char *const T[] = {"true", "True", "TRUE", "yes", "on"}, *const F[] = {"false", "False", "FALSE", "no", "off"};
+    for (int i = 0; i < 5; i++) {
+        if (!strcmp(s, T[i])) { *v = 1; return 1; }
+        if (!strcmp(s, F[i])) { *v = 0; return 1; }
+    }
+    return 0;
+}
+
+static mr_status range_check(const field *f, double x, pos p, const char *shown) {
+    int lo_bad = (f->flags & F_LO_EXCL) ? !(x > f->lo) : !(x >= f->lo);
+    int hi_bad = (f->flags & F_HI_EXCL) ? !(x < f->hi) : !(x <= f->hi);
+    if (lo_bad) return perr(MR_ERR_INVALID, p, "%s: must be %s %g, got %s", f->path, (f->flags & F_LO_EXCL) ? ">" : ">=", f->lo, shown);
+    if (hi_bad) return perr(MR_ERR_INVALID, p, "%s: must be %s %g, got %s", f->path, (f->flags & F_HI_EXCL) ? "<" : "<=", f->hi, shown);
+    return MR_OK;
+}
+
+mr_status mr_cfg_set_scalar(mr_experiment *e, const field *f, const char *s, pos p) {
+    char *base = (char *)e + f->off;
+    switch (f->k) {
+    case K_INT: {
+        int64_t v;
+        if (!parse_i64(s, &v)) return perr(MR_ERR_INVALID, p, "%s: expected an integer, got '%s'", f->path, s);
+        mr_status st = range_check(f, (double)v, p, s);
+        if (st) return st;
+        if (strstr(f->path, "token_bytes") && v != 2 && v != 4)
+            return perr(MR_ERR_INVALID, p, "%s: must be 2 or 4, got %s", f->path, s);
+        memcpy(base, &v, sizeof v);
+        return MR_OK;
+    }
+    case K_NUM: {
+        double v;
+        if (!parse_f64(s, &v)) return perr(MR_ERR_INVALID, p, "%s: expected a number, got '%s'", f->path, s);
+        mr_status st = range_check(f, v, p, s);
+        if (st) return st;
+        memcpy(base, &v, sizeof v);
+        return MR_OK;
+    }
+    case K_BOOL: {
+        int v;
+        if (!parse_bool(s, &v)) return perr(MR_ERR_INVALID, p, "%s: expected true or false, got '%s'", f->path, s);
+        memcpy(base, &v, sizeof v);
+        return MR_OK;
+    }
+    case K_ENUM: {
+        const char *best = NULL;
+        int best_d = 99, n = 0;
+        char list[256] = "";
+        for (int i = 0; f->names[i]; i++, n++) {
+            if (!strcmp(s, f->names[i])) { memcpy(base, &i, sizeof i); return MR_OK; }
+            consider(s, f->names[i], &best, &best_d);
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", f->names[i]);
+        }
+        if (best && close_enough(s, best_d))
+            return perr(MR_ERR_INVALID, p, "%s: expected one of %s, got '%s' (did you mean '%s'?)", f->path, list, s, best);
+        return perr(MR_ERR_INVALID, p, "%s: expected one of %s, got '%s'", f->path, list, s);
+    }
+    case K_STR: {
+        size_t n = strlen(s);
+        if (n >= f->size) return perr(MR_ERR_INVALID, p, "%s: longer than %zu characters", f->path, f->size - 1);
+        if ((f->flags & F_NONEMPTY) && n == 0) return perr(MR_ERR_INVALID, p, "%s: must not be empty", f->path);
+        if ((f->flags & F_FILE) && n && access(s, F_OK) != 0)
+            return perr(MR_ERR_NOT_FOUND, p, "%s: no such file '%s'", f->path, s);
+        if ((f->flags & F_RESUME) && strcmp(s, "auto") && strcmp(s, "never") && access(s, F_OK) != 0)
+            return perr(MR_ERR_NOT_FOUND, p, "%s: expected auto, never or an existing checkpoint, got '%s' (no such file)",
+                        f->path, s);
+        memset(base, 0, f->size);
+        memcpy(base, s, n);
+        return MR_OK;
+    }
+    default:
+        return perr(MR_ERR_INVALID, p, "%s: expected a list, got '%s'", f->path, s);
+    }
+}
+
+/* ---- node setters ------------------------------------------------------------------------------ */
+
+/* Where each key was seen (for the cross-key messages after the walk). */
+typedef struct key_marks {
+    int n;
+    struct { char path[96]; int line, col; } at[256];
+} key_marks;
+
+typedef struct walker {
+    yaml_document_t *doc;
+    const char *name;
+    int is_set;       /* positions are "--set:col" */
+    key_marks *marks; /* NULL: not recorded */
+} walker;
+
+/* Position of `key` or of its nearest enclosing section that was seen; else 1:1. */
+static pos key_pos(const char *origin, const key_marks *km, const char *key) {
+    char k[96];
+    snprintf(k, sizeof k, "%s", key);
+    while (km && *k) {
+        for (int i = 0; i < km->n; i++)
+            if (!strcmp(km->at[i].path, k)) return (pos){origin, km->at[i].line, km->at[i].col};
+        char *dot = strrchr(k, '.');
+        if (!dot) break;
+        *dot = '\0';
+    }
+    return (pos){origin, 1, 1};
+}
+
+static pos node_pos(const walker *w, const yaml_node_t *n) {
+    if (w->is_set) return (pos){"--set", 0, 1};
+    return at_mark(w->name, n->start_mark);
+}
+
+static const char *node_kind(const yaml_node_t *n) {
+    return n->type == YAML_MAPPING_NODE ? "a mapping" : n->type == YAML_SEQUENCE_NODE ? "a list" : "a value";
+}
+
+static const char *expected(const field *f) {
+    switch (f->k) {
+    case K_INT: return "an integer";
+    case K_NUM: return "a number";
+    case K_BOOL: return "true or false";
+    case K_ENUM: return "a name";
+    case K_STR: return "a string";
+    default: return "a list";
+    }
+}
+
+#define SCALAR(n) ((const char *)(n)->data.scalar.value)
+
+/* Reads a list of integers >= 1 (count in [lo_n, hi_n]) from a sequence node. */
+static mr_status int_list(const walker *w, const field *f, const yaml_node_t *n, int64_t *out, int *cnt, int lo_n, int hi_n) {
+    if (n->type != YAML_SEQUENCE_NODE) {
+        return perr(MR_ERR_INVALID, node_pos(w, n), "%s: expected a list of %s%d integers, got %s%s%s%s", f->path,
+                    lo_n == hi_n ? "" : "up to ", hi_n, n->type == YAML_SCALAR_NODE ? "'" : "",
+                    n->type == YAML_SCALAR_NODE ? SCALAR(n) : node_kind(n), n->type == YAML_SCALAR_NODE ? "'" : "", "");
+    }
+    int c = (int)(n->data.sequence.items.top - n->data.sequence.items.start);
+    if (c < lo_n || c > hi_n) {
+        if (lo_n == hi_n) return perr(MR_ERR_INVALID, node_pos(w, n), "%s: expected %d integers, got %d", f->path, lo_n, c);
+        return perr(MR_ERR_INVALID, node_pos(w, n), "%s: expected %d to %d integers, got %d", f->path, lo_n, hi_n, c);
+    }
+    for (int i = 0; i < c; i++) {
+        yaml_node_t *it = yaml_document_get_node(w->doc, n->data.sequence.items.start[i]);
+        int64_t v;
+        if (it->type != YAML_SCALAR_NODE || !parse_i64(SCALAR(it), &v))
+            return perr(MR_ERR_INVALID, node_pos(w, it), "%s[%d]: expected an integer, got %s%s%s", f->path, i,
+                        it->type == YAML_SCALAR_NODE ? "'" : "", it->type == YAML_SCALAR_NODE ? SCALAR(it) : node_kind(it),
+                        it->type == YAML_SCALAR_NODE ? "'" : "");
+        if (v < 1) return perr(MR_ERR_INVALID, node_pos(w, it), "%s[%d]: must be >= 1, got %lld", f->path, i, (long long)v);
+        out[i] = v;
+    }
+    *cnt = c;
+    return MR_OK;
+}
+
+static mr_status set_params(const walker *w, mr_experiment *e, const yaml_node_t *n);
+static mr_status set_param(const walker *w, mr_experiment *e, const char *key, pos kp, const yaml_node_t *v);
+
+static mr_status set_node(const walker *w, mr_experiment *e, const field *f, const yaml_node_t *n) {
+    pos p = node_pos(w, n);
+    mr_status st;
+    switch (f->k) {
+    case K_SIZES: {
+        int64_t v[MR_MLP_MAX_LAYERS + 1];
+        int c;
+        if ((st = int_list(w, f, n, v, &c, 2, MR_MLP_MAX_LAYERS + 1))) return st;
+        memset(e->model.sizes, 0, sizeof e->model.sizes);
+        memcpy(e->model.sizes, v, (size_t)c * sizeof v[0]);
+        e->model.n_sizes = c;
+        return MR_OK;
+    }
+    case K_CHANNELS: {
+        int64_t v[2];
+        int c;
+        if ((st = int_list(w, f, n, v, &c, 2, 2))) return st;
+        e->model.ch1 = v[0];
+        e->model.ch2 = v[1];
+        return MR_OK;
+    }
+    case K_INPUT: {
+        int64_t v[3];
+        int c;
+        if ((st = int_list(w, f, n, v, &c, 3, 3))) return st;
+        e->model.in_channels = v[0];
+        e->model.height = v[1];
+        e->model.width = v[2];
+        return MR_OK;
+    }
+    case K_DEVICES: {
+        if (n->type == YAML_SCALAR_NODE) {
+            if (!strcmp(SCALAR(n), "auto")) {
+                e->distribute.n_devices = 0;
+                memset(e->distribute.devices, 0, sizeof e->distribute.devices);
+                return MR_OK;
+            }
+            return perr(MR_ERR_INVALID, p, "%s: expected auto or a list of devices, got '%s'", f->path, SCALAR(n));
+        }
+        if (n->type != YAML_SEQUENCE_NODE)
+            return perr(MR_ERR_INVALID, p, "%s: expected auto or a list of devices, got %s", f->path, node_kind(n));
+        int c = (int)(n->data.sequence.items.top - n->data.sequence.items.start);
+        if (c < 1 || c > MR_CFG_MAX_DEVICES)
+            return perr(MR_ERR_INVALID, p, "%s: expected 1 to %d devices, got %d", f->path, MR_CFG_MAX_DEVICES, c);
+        char tmp[MR_CFG_MAX_DEVICES][MR_CFG_NAME_MAX];
+        memset(tmp, 0, sizeof tmp);
+        for (int i = 0; i < c; i++) {
+            yaml_node_t *it = yaml_document_get_node(w->doc, n->data.sequence.items.start[i]);
+            if (it->type != YAML_SCALAR_NODE || !*SCALAR(it) || strlen(SCALAR(it)) >= MR_CFG_NAME_MAX)
+                return perr(MR_ERR_INVALID, node_pos(w, it), "%s[%d]: expected a device name", f->path, i);
+            strcpy(tmp[i], SCALAR(it));
+        }
+        memcpy(e->distribute.devices, tmp, sizeof tmp);
+        e->distribute.n_devices = c;
+        return MR_OK;
+    }
+    case K_PARAMS:
+        return set_params(w, e, n);
+    default:
+        if (n->type != YAML_SCALAR_NODE)
+            return perr(MR_ERR_INVALID, p, "%s: expected %s, got %s", f->path, expected(f), node_kind(n));
+        return mr_cfg_set_scalar(e, f, SCALAR(n), p);
+    }
+}
+
+static int n_items(const yaml_node_t *n) {
+    return n->type == YAML_MAPPING_NODE ? (int)(n->data.mapping.pairs.top - n->data.mapping.pairs.start)
+                                        : (int)(n->data.sequence.items.top - n->data.sequence.items.start);
+}
+
+/* Keys of a mapping node must be scalars and unique; `sec` names the section in messages. */
+static mr_status check_keys(const walker *w, const yaml_node_t *map, const char *sec) {
+    int np = n_items(map);
+    for (int i = 0; i < np; i++) {
+        yaml_node_t *k = yaml_document_get_node(w->doc, map->data.mapping.pairs.start[i].key);
+        if (k->type != YAML_SCALAR_NODE)
+            return perr(MR_ERR_INVALID, node_pos(w, k), "%s%s: keys must be names, got %s", sec, *sec ? "" : "top level",
+                        node_kind(k));
+        for (int j = 0; j < i; j++) {
+            yaml_node_t *k2 = yaml_document_get_node(w->doc, map->data.mapping.pairs.start[j].key);
+            if (!strcmp(SCALAR(k), SCALAR(k2)))
+                return perr(MR_ERR_INVALID, node_pos(w, k), "duplicate key '%s' in %s (first at line %d)", SCALAR(k),
+                            *sec ? sec : "the top level", (int)k2->start_mark.line + 1);
+        }
+    }
+    return MR_OK;
+}
+
+/* sweep.params: {dotted.key: [values] | {min, max, log}}. Replaces the whole list. */
+static mr_status set_params(const walker *w, mr_experiment *e, const yaml_node_t *n) {
+    if (n->type != YAML_MAPPING_NODE)
+        return perr(MR_ERR_INVALID, node_pos(w, n), "sweep.params: expected a mapping of key: [values], got %s", node_kind(n));
+    mr_status st = check_keys(w, n, "sweep.params");
+    if (st) return st;
+    e->sweep.n_params = 0;
+    memset(e->sweep.params, 0, sizeof e->sweep.params);
+    for (int i = 0; i < n_items(n); i++) {
+        yaml_node_t *k = yaml_document_get_node(w->doc, n->data.mapping.pairs.start[i].key);
+        yaml_node_t *v = yaml_document_get_node(w->doc, n->data.mapping.pairs.start[i].value);
+        if ((st = set_param(w, e, SCALAR(k), node_pos(w, k), v))) return st;
+    }
+    return MR_OK;
+}
+
+/* Adds or replaces the swept key `key`; every value is validated on a scratch copy. */
+static mr_status set_param(const walker *w, mr_experiment *e, const char *key, pos kp, const yaml_node_t *v) {
+    const field *f = mr_cfg_find_field(key);
+    if (!f) {
+        const char *s = suggest_path(key);
+        if (s) return perr(MR_ERR_INVALID, kp, "sweep.params: unknown key '%s' (did you mean '%s'?)", key, s);
+        return perr(MR_ERR_INVALID, kp, "sweep.params: unknown key '%s'", key);
+    }
+    if (f->k > K_ENUM || !strncmp(key, "sweep.", 6))
+        return perr(MR_ERR_INVALID, kp, "sweep.params: '%s' cannot be swept (only single values can)", key);
+    if (strlen(key) >= MR_CFG_NAME_MAX) return perr(MR_ERR_INVALID, kp, "sweep.params: key '%s' too long", key);
+    mr_sweep_param sp;
+    memset(&sp, 0, sizeof sp);
+    strcpy(sp.key, key);
+    mr_experiment *scratch = malloc(sizeof *scratch);
+    if (!scratch) return mr_set_error(MR_ERR_NOMEM, "sweep.params: out of memory");
+    mr_status st = MR_OK;
+    memcpy(scratch, e, sizeof *scratch);
+    if (v->type == YAML_SEQUENCE_NODE) {
+        int c = n_items(v);
+        if (c < 1 || c > MR_SWEEP_MAX_VALUES) {
+            st = perr(MR_ERR_INVALID, node_pos(w, v), "sweep.params.%s: expected 1 to %d values, got %d", key, MR_SWEEP_MAX_VALUES, c);
+            goto fail;
+        }
+        for (int i = 0; i < c; i++) {
+            yaml_node_t *it = yaml_document_get_node(w->doc, v->data.sequence.items.start[i]);
+            if (it->type != YAML_SCALAR_NODE || strlen(SCALAR(it)) >= MR_CFG_NAME_MAX) {
+                st = perr(MR_ERR_INVALID, node_pos(w, it), "sweep.params.%s[%d]: expected a single value", key, i);
+                goto fail;
+            }
+            if ((st = mr_cfg_set_scalar(scratch, f, SCALAR(it), node_pos(w, it)))) goto fail;
+            strcpy(sp.values[i], SCALAR(it));
+        }
+        sp.n_values = c;
+    } else if (v->type == YAML_MAPPING_NODE) {
+        if (f->k != K_INT && f->k != K_NUM) {
+            st = perr(MR_ERR_INVALID, node_pos(w, v), "sweep.params.%s: a {min, max} range needs a numeric key", key);
+            goto fail;
+        }
+        char sec[MR_CFG_NAME_MAX + 16];
+        snprintf(sec, sizeof sec, "sweep.params.%s", key);
+        if ((st = check_keys(w, v, sec))) goto fail;
+        int have = 0;
+        for (int i = 0; i < n_items(v); i++) {
+            yaml_node_t *k = yaml_document_get_node(w->doc, v->data.mapping.pairs.start[i].key);
+            yaml_node_t *x = yaml_document_get_node(w->doc, v->data.mapping.pairs.start[i].value);
+            const char *kn = SCALAR(k);
+            int which = !strcmp(kn, "min") ? 0 : !strcmp(kn, "max") ? 1 : !strcmp(kn, "log") ? 2 : -1;
+            if (which < 0) {
+                const char *best = NULL;
+                int d = 99;
+                consider(kn, "min", &best, &d), consider(kn, "max", &best, &d), consider(kn, "log", &best, &d);
+                if (best && close_enough(kn, d))
+                    st = perr(MR_ERR_INVALID, node_pos(w, k), "unknown key '%s' in %s (did you mean '%s'?)", kn, sec, best);
+                else st = perr(MR_ERR_INVALID, node_pos(w, k), "unknown key '%s' in %s (valid: min, max, log)", kn, sec);
+                goto fail;
+            }
+            const char *xs = x->type == YAML_SCALAR_NODE ? SCALAR(x) : "";
+            int ok = x->type == YAML_SCALAR_NODE && (which == 2 ? parse_bool(xs, &sp.log) : parse_f64(xs, which ? &sp.max : &sp.min));
+            if (!ok) {
+                st = perr(MR_ERR_INVALID, node_pos(w, x), "%s.%s: expected %s, got '%s'", sec, kn,
+                          which == 2 ? "true or false" : "a number", xs);
+                goto fail;
+            }
+            if (which < 2) {
+                char shown[64];
+                double x2 = which ? sp.max : sp.min;
+                if (f->k == K_INT) snprintf(shown, sizeof shown, "%.0f", x2);
+                else snprintf(shown, sizeof shown, "%.17g", x2);
+                if (f->k == K_INT && x2 != floor(x2)) {
+                    st = perr(MR_ERR_INVALID, node_pos(w, x), "%s.%s: expected an integer, got '%s'", sec, kn, xs);
+                    goto fail;
+                }
+                if ((st = mr_cfg_set_scalar(scratch, f, shown, node_pos(w, x)))) goto fail;
+            }
+            have |= which < 2 ? 1 << which : 0;
+        }
+        if (have != 3) { st = perr(MR_ERR_INVALID, node_pos(w, v), "%s: a range needs both min and max", sec); goto fail; }
+        if (!(sp.min < sp.max)) { st = perr(MR_ERR_INVALID, node_pos(w, v), "%s: min must be < max, got %g and %g", sec, sp.min, sp.max); goto fail; }
+        if (sp.log && !(sp.min > 0)) { st = perr(MR_ERR_INVALID, node_pos(w, v), "%s: log: true needs min > 0, got %g", sec, sp.min); goto fail; }
+    } else {
+        st = perr(MR_ERR_INVALID, node_pos(w, v), "sweep.params.%s: expected a list of values or {min, max, log}, got '%s'", key,
+                  SCALAR(v));
+        goto fail;
+    }
+    int slot = e->sweep.n_params;
+    for (int i = 0; i < e->sweep.n_params; i++)
+        if (!strcmp(e->sweep.params[i].key, key)) slot = i;
+    if (slot == MR_SWEEP_MAX_PARAMS) { st = perr(MR_ERR_INVALID, kp, "sweep.params: more than %d keys", MR_SWEEP_MAX_PARAMS); goto fail; }
+    e->sweep.params[slot] = sp;
+    if (slot == e->sweep.n_params) e->sweep.n_params++;
+    free(scratch);
+    return MR_OK;
+fail:
+    free(scratch);
+    return st;
+}
+
+/* Walks mapping `map` at section `sec` ("" = root). */
+static mr_status walk(const walker *w, mr_experiment *e, const yaml_node_t *map, const char *sec) {
+    if (map->type != YAML_MAPPING_NODE) {
+        if (!*sec) return perr(MR_ERR_INVALID, node_pos(w, map), "the config must be a mapping of sections, got %s", node_kind(map));
+        return perr(MR_ERR_INVALID, node_pos(w, map), "%s: expected a mapping, got %s", sec, node_kind(map));
+    }
+    mr_status st = check_keys(w, map, sec);
+    if (st) return st;
+    for (int i = 0; i < n_items(map); i++) {
+        yaml_node_t *k = yaml_document_get_node(w->doc, map->data.mapping.pairs.start[i].key);
+        yaml_node_t *v = yaml_document_get_node(w->doc, map->data.mapping.pairs.start[i].value);
+        char full[256];
+        snprintf(full, sizeof full, "%s%s%s", sec, *sec ? "." : "", SCALAR(k));
+        if (w->marks && w->marks->n < 256 && strlen(full) < 96) {
+            strcpy(w->marks->at[w->marks->n].path, full);
+            w->marks->at[w->marks->n].line = (int)k->start_mark.line + 1;
+            w->marks->at[w->marks->n].col = (int)k->start_mark.column + 1;
+            w->marks->n++;
+        }
+        const field *f = mr_cfg_find_field(full);
+        if (f) st = set_node(w, e, f, v);
+        else if (is_section(full)) st = walk(w, e, v, full);
+        else {
+            char buf[MR_CFG_NAME_MAX];
+            const char *s = suggest_child(sec, SCALAR(k), buf, sizeof buf);
+            if (s) st = perr(MR_ERR_INVALID, node_pos(w, k), "unknown key '%s' in %s (did you mean '%s'?)", SCALAR(k),
+                             *sec ? sec : "the top level", s);
+            else st = perr(MR_ERR_INVALID, node_pos(w, k), "unknown key '%s' in %s", SCALAR(k), *sec ? sec : "the top level");
+        }
+        if (st) return st;
+    }
+    return MR_OK;
+}
+
+/* ---- public API ------------------------------------------------------------------------------- */
+
+mr_experiment mr_experiment_default(void) {
+    mr_experiment e;
+    memset(&e, 0, sizeof e);
+    e.seed = 1;
+    e.model = mr_model_cfg_default(MR_MODEL_CNN);
+    mr_data_cfg d;
+    memset(&d, 0, sizeof d);
+    strcpy(d.x_dataset, "x");
+    strcpy(d.y_dataset, "y");
+    d.token_bytes = 2;
+    e.data.train = d;
+    e.data.eval = d;
+    e.optimizer.type = MR_OPTIM_ADAMW;
+    e.optimizer.lr = 1e-3;
+    e.optimizer.momentum = 0.9;
+    e.optimizer.weight_decay = 0.01;
+    e.optimizer.beta1 = 0.9;
+    e.optimizer.beta2 = 0.999;
+    e.optimizer.eps = 1e-8;
+    e.schedule.type = MR_SCHEDULE_COSINE;
+    e.schedule.step_size = 1000;
+    e.schedule.gamma = 0.1;
+    e.precision.policy = MR_PREC_F32;
+    e.precision.loss_scale.initial = 32768;
+    e.precision.loss_scale.growth_interval = 2000;
+    e.precision.loss_scale.growth_factor = 2;
+    e.precision.loss_scale.backoff_factor = 0.5;
+    e.precision.loss_scale.min = 1;
+    e.train.steps = 1000;
+    e.train.batch = 64;
+    e.train.eval_every = 0;
+    e.train.log_every = 50;
+    e.train.accumulate = 1;
+    strcpy(e.checkpoint.dir, "runs/default");
+    e.checkpoint.keep = 3;
+    strcpy(e.checkpoint.resume, "auto");
+    e.distribute.backend = MR_BACKEND_AUTO;
+    e.distribute.bucket_mb = 25;
+    e.distribute.timeout_s = 300;
+    e.sweep.trials = 10;
+    strcpy(e.sweep.metric, "eval_accuracy");
+    return e;
+}
+
+void mr_experiment_deinit(mr_experiment *e) {
+    if (!e) return;
+    free(e->yaml_text);
+    *e = mr_experiment_default();
+}
+
+mr_status mr_experiment_copy(mr_experiment *dst, const mr_experiment *src) {
+    char *t = NULL;
+    if (src->yaml_text && !(t = strdup(src->yaml_text))) return mr_set_error(MR_ERR_NOMEM, "config: out of memory");
+    memcpy(dst, src, sizeof *dst);
+    dst->yaml_text = t;
+    return MR_OK;
+}
+
+static mr_status check_impl(const mr_experiment *e, const char *origin, const key_marks *km) {
+#define P(key) key_pos(origin, km, key)
+    const mr_data_cfg *ds[2] = {&e->data.train, &e->data.eval};
+    for (int i = 0; i < 2; i++) {
+        const char *nm = i ? "data.eval" : "data.train";
+        const mr_data_cfg *d = ds[i];
+        if (d->source == MR_SRC_NONE) {
+            if (!i) return perr(MR_ERR_INVALID, P("data.train.source"), "data.train.source: missing required value (idx, tokens, text or hdf5)");
+            continue;
+        }
+        if (d->source == MR_SRC_IDX && !d->images[0]) return perr(MR_ERR_INVALID, P(nm), "%s.images: missing required value for source idx", nm);
+        if (d->source == MR_SRC_IDX && !d->labels[0]) return perr(MR_ERR_INVALID, P(nm), "%s.labels: missing required value for source idx", nm);
+        if (d->source != MR_SRC_IDX && !d->path[0])
+            return perr(MR_ERR_INVALID, P(nm), "%s.path: missing required value for source %s", nm, SOURCES[d->source]);
+    }
+    if (e->model.type == MR_MODEL_GPT && e->model.embd % e->model.heads)
+        return perr(MR_ERR_INVALID, P("model.embd"), "model.embd: must be a multiple of model.heads (%lld), got %lld", (long long)e->model.heads,
+                    (long long)e->model.embd);
+    if (e->train.batch % e->train.accumulate)
+        return perr(MR_ERR_INVALID, P("train.batch"), "train.batch: must be a multiple of train.accumulate (%lld), got %lld",
+                    (long long)e->train.accumulate, (long long)e->train.batch);
+    if (e->schedule.warmup > e->train.steps)
+        return perr(MR_ERR_INVALID, P("schedule.warmup"), "schedule.warmup: must be <= train.steps (%lld), got %lld", (long long)e->train.steps,
+                    (long long)e->schedule.warmup);
+    if (e->precision.loss_scale.min > e->precision.loss_scale.initial)
+        return perr(MR_ERR_INVALID, P("precision.loss_scale.min"), "precision.loss_scale.min: must be <= initial (%g), got %g", e->precision.loss_scale.initial,
+                    e->precision.loss_scale.min);
+    if (e->sweep.n_params && e->sweep.method == MR_SWEEP_NONE)
+        return perr(MR_ERR_INVALID, P("sweep.method"), "sweep.method: missing required value (grid or random) for sweep.params");
+    if (e->sweep.method != MR_SWEEP_NONE && !e->sweep.n_params)
+        return perr(MR_ERR_INVALID, P("sweep.params"), "sweep.params: missing required value for method %s", METHODS[e->sweep.method]);
+    for (int i = 0; i < e->sweep.n_params; i++)
+        if (e->sweep.method == MR_SWEEP_GRID && !e->sweep.params[i].n_values)
+            return perr(MR_ERR_INVALID, P("sweep.params"), "sweep.params.%s: a {min, max} range needs method random (grid takes lists)",
+                        e->sweep.params[i].key);
+    return MR_OK;
+}
+#undef P
+
+mr_status mr_experiment_check(const mr_experiment *e, const char *origin) { return check_impl(e, origin, NULL); }
+
+mr_status mr_experiment_parse(const char *yaml_text, const char *name, mr_experiment *out) {
+    mr_status st = MR_OK;
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    int have_doc = 0;
+    key_marks *km = NULL;
+    if (!name) name = "config";
+    *out = mr_experiment_default();
+    mr_experiment *e = malloc(sizeof *e);
+    MR_CHECK(e && yaml_parser_initialize(&parser), MR_ERR_NOMEM, "%s: out of memory", name);
+    *e = mr_experiment_default();
+    yaml_parser_set_input_string(&parser, (const unsigned char *)yaml_text, strlen(yaml_text));
+    if (!yaml_parser_load(&parser, &doc)) {
+        pos p = at_mark(name, parser.problem_mark);
+        if (parser.context)
+            st = perr(MR_ERR_FORMAT, p, "YAML syntax error: %s %s (started at line %d)", parser.problem ? parser.problem : "", parser.context,
+                      (int)parser.context_mark.line + 1);
+        else st = perr(MR_ERR_FORMAT, p, "YAML syntax error: %s", parser.problem ? parser.problem : "unknown");
+        yaml_parser_delete(&parser);
+        goto fail;
+    }
+    have_doc = 1;
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    km = calloc(1, sizeof *km);
+    MR_CHECK(km != NULL, MR_ERR_NOMEM, "%s: out of memory", name);
+    walker w = {&doc, name, 0, km};
+    if (root) MR_TRY(walk(&w, e, root, ""));
+    else {
+        st = perr(MR_ERR_INVALID, (pos){name, 1, 1}, "the config is empty");
+        goto fail_parser;
+    }
+    /* one document per file: a second one would be silently ignored */
+    yaml_document_t doc2;
+    if (yaml_parser_load(&parser, &doc2)) {
+        int more = yaml_document_get_root_node(&doc2) != NULL;
+        yaml_mark_t m = doc2.start_mark;
+        yaml_document_delete(&doc2);
+        if (more) { st = perr(MR_ERR_INVALID, at_mark(name, m), "more than one YAML document"); goto fail_parser; }
+    }
+    MR_TRY(check_impl(e, name, km));
+    MR_CHECK((e->yaml_text = strdup(yaml_text)) != NULL, MR_ERR_NOMEM, "%s: out of memory", name);
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    *out = *e;
+    free(e);
+    free(km);
+    return MR_OK;
+fail_parser:
+fail:
+    if (have_doc) {
+        yaml_document_delete(&doc);
+        yaml_parser_delete(&parser);
+    }
+    free(e);
+    free(km);
+    return st;
+}
+
+mr_status mr_experiment_load(const char *path, mr_experiment *out) {
+    mr_status st = MR_OK;
+    char *buf = NULL;
+    *out = mr_experiment_default();
+    FILE *f = fopen(path, "rb");
+    if (!f) return mr_set_error(errno == ENOENT ? MR_ERR_NOT_FOUND : MR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    MR_CHECK(fseek(f, 0, SEEK_END) == 0, MR_ERR_IO, "%s: cannot seek", path);
+    long n = ftell(f);
+    MR_CHECK(n >= 0 && fseek(f, 0, SEEK_SET) == 0, MR_ERR_IO, "%s: cannot read", path);
+    MR_CHECK((buf = malloc((size_t)n + 1)) != NULL, MR_ERR_NOMEM, "%s: out of memory", path);
+    MR_CHECK(fread(buf, 1, (size_t)n, f) == (size_t)n, MR_ERR_IO, "%s: short read", path);
+    buf[n] = '\0';
+    MR_CHECK(strlen(buf) == (size_t)n, MR_ERR_FORMAT, "%s: contains a NUL byte", path);
+    MR_TRY(mr_experiment_parse(buf, path, out));
+fail:
+    fclose(f);
+    free(buf);
+    return st;
+}
+
+mr_status mr_experiment_set(mr_experiment *e, const char *assignment) {
+    mr_status st = MR_OK;
+    const char *eq = strchr(assignment, '=');
+    pos p = {"--set", 0, 1};
+    if (!eq || eq == assignment) return perr(MR_ERR_INVALID, p, "expected key=value, got '%s'", assignment);
+    char key[256];
+    size_t kl = (size_t)(eq - assignment);
+    if (kl >= sizeof key) return perr(MR_ERR_INVALID, p, "key too long in '%s'", assignment);
+    memcpy(key, assignment, kl);
+    key[kl] = '\0';
+    const field *f = mr_cfg_find_field(key);
+    int is_param = !f && !strncmp(key, "sweep.params.", 13) && key[13];
+    if (!f && !is_param) {
+        const char *s = suggest_path(key);
+        if (is_section(key)) return perr(MR_ERR_INVALID, p, "'%s' is a section; set one of its keys (%s.KEY=value)", key, key);
+        if (s) return perr(MR_ERR_INVALID, p, "unknown key '%s' (did you mean '%s'?)", key, s);
+        return perr(MR_ERR_INVALID, p, "unknown key '%s'", key);
+    }
+    const char *val = eq + 1;
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    mr_experiment *tmp = malloc(sizeof *tmp);
+    if (!tmp || !yaml_parser_initialize(&parser)) {
+        free(tmp);
+        return mr_set_error(MR_ERR_NOMEM, "--set: out of memory");
+    }
+    memcpy(tmp, e, sizeof *tmp);
+    yaml_parser_set_input_string(&parser, (const unsigned char *)val, strlen(val));
+    if (!yaml_parser_load(&parser, &doc)) {
+        st = perr(MR_ERR_FORMAT, (pos){"--set", 0, (int)(kl + 2 + parser.problem_mark.column)}, "%s: YAML syntax error in the value: %s",
+                  key, parser.problem ? parser.problem : "unknown");
+        yaml_parser_delete(&parser);
+        free(tmp);
+        return st;
+    }
+    walker w = {&doc, "--set", 1, NULL};
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (!root) st = f ? mr_cfg_set_scalar(tmp, f, "", p) : perr(MR_ERR_INVALID, p, "%s: missing value", key);
+    else if (is_param) st = set_param(&w, tmp, key + 13, p, root);
+    else st = set_node(&w, tmp, f, root);
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    if (st == MR_OK) {
+        tmp->yaml_text = e->yaml_text;
+        memcpy(e, tmp, sizeof *e);
+    }
+    free(tmp);
+    return st;
+}
