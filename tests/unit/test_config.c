@@ -191,7 +191,7 @@ static void test_example_configs(void **state) {
     assert_int_equal(e.model.ch1, 32);
     assert_int_equal(e.model.ch2, 64);
     assert_int_equal(e.optimizer.type, MR_OPTIM_ADAMW);
-    assert_true(e.optimizer.lr == 1e-3);
+    assert_true(e.optimizer.lr == 2e-3);
     assert_int_equal(e.schedule.type, MR_SCHEDULE_COSINE);
     assert_int_equal(e.schedule.warmup, 100);
     assert_int_equal(e.train.batch, 128);
