@@ -1,8 +1,10 @@
 /* mirror's input pipeline: tf.data-like sources and transforms, and a resumable iterator.
  *
  * A dataset is an immutable, reference-counted description: a source (in-memory arrays, IDX
- * files, flat token files, a user callback) followed by a chain of transforms (shard, shuffle,
- * map, batch, prefetch, repeat, take, skip). Building computes nothing; mr_data_iter_new runs it.
+ * files, flat token files, HDF5 datasets, text files, a user callback, or cache/interleave, which
+ * turn source+map pipelines into a new random-access source) followed by a chain of transforms
+ * (shard, shuffle, map, batch, prefetch, repeat, take, skip). Building computes nothing;
+ * mr_data_iter_new runs it.
  *
  * Determinism and resume. Every source is random-access by element index, and every transform
  * except map and batch's stacking works on element INDICES: shard/take/skip/repeat are counters,
@@ -93,6 +95,45 @@ typedef enum mr_data_token_header {
 mr_status mr_data_from_tokens(const char *path, int token_bytes, int64_t context, mr_data_token_header header,
                               mr_dataset **out) MR_WUR;
 
+/* HDF5 datasets, one per component: names[c] is a dataset path ("/images", "/labels"); its first
+ * dim is the element count (all must agree) and the rest the per-element shape. The component is
+ * named after the last path segment ("labels"). Types: f32, f64, IEEE f16 -> MR_F16, i32, i64,
+ * u8; other integers widen exactly (i8/i16/u16 -> i32, u32 -> i64); anything else (u64, strings,
+ * compounds, ...) is MR_ERR_UNSUPPORTED. Elements are read in blocks of consecutive elements
+ * (~1 MiB) kept in an LRU of up to 64 MiB, so sequential reads and shuffle draws are cheap.
+ * Thread-safe: all HDF5 calls of mirror share one mutex (Debian's HDF5 is the serial build).
+ * Errors name the file and dataset: MR_ERR_NOT_FOUND (missing file or dataset), MR_ERR_FORMAT (not
+ * HDF5, truncated or corrupt, first dims differ, rank 0 or > 8), MR_ERR_UNSUPPORTED (type),
+ * MR_ERR_INVALID (n outside 1..4, empty name). A read failing later fails next() (MR_ERR_IO). */
+mr_status mr_data_from_hdf5(const char *path, const char *const names[], int n, mr_dataset **out) MR_WUR;
+
+/* Runs ds to its end and writes each component c to HDF5 dataset names[c] (NULL: "/<component
+ * name>"; intermediate groups are created) with the element count as the first dim, chunked in
+ * ~1 MiB chunks of whole elements, uncompressed. A batched ds is unbatched. The file is written as
+ * "<path>.tmp.<pid>" and renamed onto path only when complete, so path never holds a partial
+ * file; on error the temporary is removed. ds must be finite. Errors: MR_ERR_IO (create, write,
+ * rename), MR_ERR_UNSUPPORTED (a dtype HDF5 cannot hold here: bf16), any error of the pipeline. */
+mr_status mr_data_write_hdf5(mr_dataset *ds, const char *path, const char *const names[]) MR_WUR;
+
+/* How a text file becomes tokens. */
+typedef enum mr_data_text_mode {
+    MR_DATA_TEXT_BYTES = 0, /* token = byte value 0..255 */
+    MR_DATA_TEXT_CHARS = 1  /* token = rank of the UTF-8 code point in the sorted set of distinct ones */
+} mr_data_text_mode;
+
+/* A text file read into memory as tokens, in windows exactly like mr_data_from_tokens: element i
+ * has "x" i32 (context) = tokens [i*T, i*T+T) and "y" i32 (context) = tokens [i*T+1, i*T+T+1),
+ * floor((ntok - 1) / T) elements. Errors name the file: MR_ERR_NOT_FOUND, MR_ERR_IO, MR_ERR_FORMAT
+ * (empty, fewer than context + 1 tokens, invalid UTF-8 in CHARS mode naming the byte offset),
+ * MR_ERR_INVALID (context outside 1..2^30, mode). */
+mr_status mr_data_from_text(const char *path, int64_t context, mr_data_text_mode mode, mr_dataset **out) MR_WUR;
+
+/* The vocabulary of the text source under ds (ds may be the source or any pipeline over it):
+ * *codepoints[t] is the code point (CHARS) or byte (BYTES) of token t, *n the vocabulary size.
+ * The array is owned by the source and lives as long as ds. MR_ERR_INVALID if ds is not over a
+ * text source. */
+mr_status mr_data_text_vocab(const mr_dataset *ds, const int32_t **codepoints, int64_t *n) MR_WUR;
+
 /* Fills element `index` (0 <= index < n): out[c] has room for one element of component c. Must
  * be thread-safe and a pure function of index (it is called out of order, in parallel, and again
  * after a restore). A non-OK status fails next() (record a message with mr_set_error). */
@@ -148,6 +189,25 @@ mr_status mr_data_repeat(mr_dataset *in, int64_t count, mr_dataset **out) MR_WUR
 /* The first n elements / all but the first n. MR_ERR_INVALID if n < 0. */
 mr_status mr_data_take(mr_dataset *in, int64_t n, mr_dataset **out) MR_WUR;
 mr_status mr_data_skip(mr_dataset *in, int64_t n, mr_dataset **out) MR_WUR;
+
+/* Keeps every element of `in` in memory once materialized (keyed by source index), so later
+ * passes skip the reads and maps before it. `in` must be a source followed only by maps (and
+ * prefetch): cache before shard, shuffle, batch and the rest (MR_ERR_UNSUPPORTED otherwise). As in
+ * tf.data the cached value is reused in every epoch, so the maps before cache must not depend on
+ * the epoch: they are called with epoch 0; put random augmentation after cache. The cache is a new
+ * random-access source (its index and state behave like any source); memory grows to all elements
+ * touched. Thread-safe. MR_ERR_NOMEM. */
+mr_status mr_data_cache(mr_dataset *in, mr_dataset **out) MR_WUR;
+
+/* tf.data's deterministic interleave over n inputs (e.g. one token file each): `cycle` inputs are
+ * open at a time (the first `cycle` in order), `block` consecutive elements are taken from each in
+ * turn; an exhausted input is closed and the next unopened one takes its cycle slot on the slot's
+ * next turn. The order is fixed by the inputs' sizes, so the result is a random-access source of
+ * sum(sizes) elements (its state is a source counter; shuffle it like any source). Every input must
+ * be a source followed only by maps (called with epoch 0), all with the same element spec.
+ * Retains every input. MR_ERR_INVALID (n < 1, cycle < 1, block < 1, specs differ),
+ * MR_ERR_UNSUPPORTED (an input with other transforms), MR_ERR_NOMEM. */
+mr_status mr_data_interleave(mr_dataset *const *sources, int n, int64_t cycle, int64_t block, mr_dataset **out) MR_WUR;
 
 /* Drops a reference. NULL is a no-op. */
 void mr_data_free(mr_dataset *ds);

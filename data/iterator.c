@@ -218,6 +218,7 @@ mr_status mr_data_iter_new(mr_dataset *ds, mr_data_iter **out) {
             int p = d->parallel == MR_DATA_AUTO ? omp_get_max_threads() : d->parallel;
             if (p > it->threads) it->threads = p;
         }
+        if (d->kind == DS_SOURCE && d->parallel > it->threads) it->threads = d->parallel; /* maps inside cache/interleave */
         if (d->kind == DS_PREFETCH && d->a > it->prefetch) it->prefetch = d->a;
         if (d->kind == DS_SOURCE) it->src = d;
     }

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# End to end through build/mirror: a short training run learns and writes its files, a bad config
+# exits 2 naming the key with a HINT, a bad --set exits 2, a missing data file exits 2, a small
+# sweep writes results.csv and skips finished trials when run again.
+# Usage: tests/e2e/cli.sh path/to/mirror  (CTest passes the built binary)
+set -uo pipefail
+mirror=${1:?usage: cli.sh path/to/mirror}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+fm=/usr/share/datasets/fashion-mnist
+if [ ! -r "$fm/train-images-idx3-ubyte.gz" ]; then echo "no Fashion-MNIST; skipped"; exit 77; fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+check() { if eval "$2"; then echo "ok: $1"; else echo "FAILED: $1"; fails=$((fails + 1)); fi; }
+
+# 1. a short run of the default experiment's model
+out=$("$mirror" train "$root/configs/default.yaml" --set train.steps=60 --set train.log_every=20 \
+      --set train.eval_every=0 --set schedule.warmup=10 --set "checkpoint.dir=$tmp/run" 2>&1)
+rc=$?
+echo "$out" | tail -3
+check "train exits 0" "[ $rc -eq 0 ]"
+check "metrics.jsonl has 3 log lines" "[ \$(grep -c samples_per_s '$tmp/run/metrics.jsonl') -eq 3 ]"
+check "metrics.jsonl has the final evaluation" "grep -q eval_accuracy '$tmp/run/metrics.jsonl'"
+check "config.yaml is written" "grep -q 'steps: 60' '$tmp/run/config.yaml'"
+first=$(grep samples_per_s "$tmp/run/metrics.jsonl" | head -1 | sed 's/.*"loss": \([0-9.]*\).*/\1/')
+last=$(grep samples_per_s "$tmp/run/metrics.jsonl" | tail -1 | sed 's/.*"loss": \([0-9.]*\).*/\1/')
+check "the loss falls ($first -> $last)" "awk -v a=$first -v b=$last 'BEGIN { exit !(b < a) }'"
+acc=$(echo "$out" | sed -n 's/.*eval accuracy \([0-9.]*\).*/\1/p' | tail -1)
+check "accuracy after 60 steps > 0.6 ($acc)" "awk -v a=${acc:-0} 'BEGIN { exit !(a > 0.6) }'"
+
+# 2. configuration errors: exit 2, the key named, a HINT
+out=$("$mirror" train "$root/tests/configs/bad/typo_lr.yaml" 2>&1); rc=$?
+check "typo exits 2" "[ $rc -eq 2 ]"
+check "typo names file:line:col and suggests lr" "echo \"\$out\" | grep -q \"typo_lr.yaml:4:3: unknown key 'lerning_rate' in optimizer (did you mean 'lr'?)\""
+check "a HINT line" "echo \"\$out\" | grep -q '^HINT: '"
+out=$("$mirror" train "$root/configs/default.yaml" --set optimizer.lr=fast 2>&1); rc=$?
+check "bad --set exits 2 naming the key" "[ $rc -eq 2 ] && echo \"\$out\" | grep -q 'optimizer.lr'"
+out=$("$mirror" train "$root/configs/default.yaml" --set data.train.images=/nonexistent.gz 2>&1); rc=$?
+check "missing data file exits 2 naming it" "[ $rc -eq 2 ] && echo \"\$out\" | grep -q '/nonexistent.gz'"
+out=$("$mirror" frobnicate 2>&1); rc=$?
+check "unknown command exits 2" "[ $rc -eq 2 ]"
+
+# 3. a 2-trial grid sweep, run twice: the second run skips both trials
+cat >"$tmp/sweep.yaml" <<YAML
+model: {type: mlp, sizes: [784, 32, 10]}
+data:
+  train: {source: idx, images: $fm/train-images-idx3-ubyte.gz, labels: $fm/train-labels-idx1-ubyte.gz, shuffle: 1000}
+  eval: {source: idx, images: $fm/t10k-images-idx3-ubyte.gz, labels: $fm/t10k-labels-idx1-ubyte.gz}
+optimizer: {type: adamw, lr: 1.0e-3}
+train: {steps: 30, batch: 64, eval_every: 0, log_every: 30}
+checkpoint: {dir: $tmp/sweep}
+sweep: {method: grid, metric: eval_accuracy, goal: max, params: {optimizer.lr: [1.0e-3, 3.0e-3]}}
+YAML
+out=$("$mirror" sweep "$tmp/sweep.yaml" 2>&1); rc=$?
+echo "$out" | tail -2
+check "sweep exits 0" "[ $rc -eq 0 ]"
+check "results.csv has 2 trials" "[ \$(wc -l < '$tmp/sweep/results.csv') -eq 3 ]"
+out=$("$mirror" sweep "$tmp/sweep.yaml" 2>&1); rc=$?
+check "a second sweep run skips finished trials" "[ $rc -eq 0 ] && [ \$(echo \"\$out\" | grep -c 'done before') -eq 2 ]"
+
+echo "$((fails == 0 ? 1 : 0)) passed, $fails failed" >/dev/null
+if [ $fails -ne 0 ]; then echo "cli.sh: $fails checks failed"; exit 1; fi
+echo "cli.sh: all checks passed"
