@@ -158,7 +158,8 @@ static int cmd_train(int argc, char **argv) {
         return fail(EXIT_USAGE, "fix the key named above in the config file or the --set argument "
                                 "(see README.md, \"Experiments\")");
     }
-    const char *dir = e.checkpoint.dir[0] ? e.checkpoint.dir : "runs/default";
+    char dir[MR_CFG_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", e.checkpoint.dir[0] ? e.checkpoint.dir : "runs/default");
     mr_train_result r;
     st = run_one(&e, dir, &r);
     mr_experiment_deinit(&e);
