@@ -122,6 +122,42 @@ mr_status mr_maxpool2d_fwd_cpu(const mr_op_args *a) {
     return MR_OK;
 }
 
+/* The backward of the 2x2/stride 2 case on even-sized planes: every dx element lies in exactly
+ * one window, so dx is written in one pass (no zeroing, no scatter): each window's 4 positions
+ * get dy where the argmax points and 0 elsewhere. Returns 0, having written nothing reliable,
+ * when some argmax is not a position of its own window (then the general path handles it). */
+__attribute__((target("avx512f"))) static int pool22_bwd_plane_512(const int32_t *restrict ap, const float *restrict dyp,
+                                                                   float *restrict dxp, int64_t w, int64_t oh,
+                                                                   int64_t ow) {
+    const __m512i lane2 = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+    for (int64_t i = 0; i < oh; i++) {
+        float *r0 = dxp + 2 * i * w, *r1 = r0 + w;
+        for (int64_t j = 0; j < ow; j += 16) {
+            int64_t n = ow - j < 16 ? ow - j : 16;
+            __mmask16 m = (__mmask16)((1u << n) - 1u);
+            __m512 g = _mm512_maskz_loadu_ps(m, dyp + i * ow + j);
+            __m512i am = _mm512_maskz_loadu_epi32(m, ap + i * ow + j);
+            __m512i base = _mm512_add_epi32(_mm512_set1_epi32((int32_t)(2 * i * w + 2 * j)), lane2);
+            __mmask16 k0 = _mm512_cmpeq_epi32_mask(am, base);
+            __mmask16 k1 = _mm512_cmpeq_epi32_mask(am, _mm512_add_epi32(base, _mm512_set1_epi32(1)));
+            __mmask16 k2 = _mm512_cmpeq_epi32_mask(am, _mm512_add_epi32(base, _mm512_set1_epi32((int32_t)w)));
+            __mmask16 k3 = _mm512_cmpeq_epi32_mask(am, _mm512_add_epi32(base, _mm512_set1_epi32((int32_t)w + 1)));
+            if ((__mmask16)(k0 | k1 | k2 | k3) != m) return 0; /* -1 or a foreign position */
+            __m512 v0 = _mm512_maskz_mov_ps(k0, g), v1 = _mm512_maskz_mov_ps(k1, g);
+            __m512 v2 = _mm512_maskz_mov_ps(k2, g), v3 = _mm512_maskz_mov_ps(k3, g);
+            __mmask16 mlo = n >= 8 ? (__mmask16)0xffff : (__mmask16)((1u << (2 * n)) - 1u);
+            __mmask16 mhi = n == 16 ? (__mmask16)0xffff : (n > 8 ? (__mmask16)((1u << (2 * n - 16)) - 1u) : 0);
+            _mm512_mask_storeu_ps(r0 + 2 * j, mlo, _mm512_permutex2var_ps(v0, lo, v1));
+            _mm512_mask_storeu_ps(r0 + 2 * j + 16, mhi, _mm512_permutex2var_ps(v0, hi, v1));
+            _mm512_mask_storeu_ps(r1 + 2 * j, mlo, _mm512_permutex2var_ps(v2, lo, v3));
+            _mm512_mask_storeu_ps(r1 + 2 * j + 16, mhi, _mm512_permutex2var_ps(v2, hi, v3));
+        }
+    }
+    return 1;
+}
+
 mr_status mr_maxpool2d_bwd_cpu(const mr_op_args *a) {
     if (mr_op_is_f64(a)) return mr_maxpool2d_bwd_ref(a);
     if (a->in[1].dtype != MR_F32)
@@ -132,6 +168,17 @@ mr_status mr_maxpool2d_bwd_cpu(const mr_op_args *a) {
     const int32_t *am = a->in[0].data;
     const float *dy = a->in[1].data;
     float *dx = a->out[0].data;
+    const mr_pool_params *p = &a->p.pool;
+    if (p->kernel_h == 2 && p->kernel_w == 2 && p->stride_h == 2 && p->stride_w == 2 && p->pad_h == 0 && p->pad_w == 0 &&
+        d[2] % 2 == 0 && d[3] % 2 == 0 && od[2] * 2 == d[2] && od[3] * 2 == d[3] && mr_cpu_caps_get()->avx512f &&
+        d[3] <= INT32_MAX / 4) {
+        int ok = 1;
+#pragma omp parallel for schedule(static) reduction(&& : ok) if (planes * (hw + ohw) > POOL_PAR_MIN)
+        for (int64_t pl = 0; pl < planes; pl++)
+            ok = pool22_bwd_plane_512(am + pl * ohw, dy + pl * ohw, dx + pl * hw, d[3], od[2], od[3]) && ok;
+        if (ok) return MR_OK;
+        /* some argmax did not come from this pooling: the general path below checks and scatters */
+    }
     /* a bad argmax would write out of bounds: scan first so the error names its position */
     for (int64_t i = 0; i < planes * ohw; i++)
         if (am[i] < -1 || am[i] >= hw)
