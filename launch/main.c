@@ -104,16 +104,22 @@ static mr_status to_train_cfg(const mr_experiment *e, const char *run_dir, mr_tr
         c->train_tokens = tr->path;
         c->token_bytes = (int)tr->token_bytes;
         c->shuffle = tr->shuffle;
+    } else if (tr->source == MR_SRC_TEXT) {
+        c->train_text = tr->path;
+        c->shuffle = tr->shuffle;
+        c->sample_chars = 400; /* a character model prints what it learned */
     } else {
-        return mr_set_error(MR_ERR_UNSUPPORTED, "data.train.source: the trainer reads idx and tokens sources so far");
+        return mr_set_error(MR_ERR_UNSUPPORTED, "data.train.source: the trainer reads idx, tokens and text sources so far");
     }
     if (ev->source == MR_SRC_IDX) {
         c->eval_images = ev->images;
         c->eval_labels = ev->labels;
     } else if (ev->source == MR_SRC_TOKENS) {
         c->eval_tokens = ev->path;
+    } else if (ev->source == MR_SRC_TEXT) {
+        c->eval_text = ev->path;
     } else if (ev->source != MR_SRC_NONE) {
-        return mr_set_error(MR_ERR_UNSUPPORTED, "data.eval.source: the trainer reads idx and tokens sources so far");
+        return mr_set_error(MR_ERR_UNSUPPORTED, "data.eval.source: the trainer reads idx, tokens and text sources so far");
     }
     return MR_OK;
 }
@@ -169,6 +175,7 @@ static int cmd_train(int argc, char **argv) {
     if (!isnan(r.eval_accuracy)) printf(", eval accuracy %.4f", r.eval_accuracy);
     if (!isnan(r.eval_perplexity)) printf(", eval perplexity %.3f", r.eval_perplexity);
     printf("; run directory %s\n", dir);
+    if (r.sample[0]) printf("\nsample:\n%s\n", r.sample);
     return 0;
 }
 

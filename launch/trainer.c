@@ -3,6 +3,7 @@
 #include "autodiff/steps.h"
 #include "core/log.h"
 #include "data/data.h"
+#include "core/math/philox_math.h"
 
 #include <errno.h>
 #include <math.h>
@@ -76,7 +77,12 @@ static mr_status make_pipeline(const mr_train_cfg *c, int train, int64_t batch, 
     mr_status st = MR_OK;
     mr_dataset *ds = NULL, *next = NULL;
     memset(p, 0, sizeof *p);
-    if (c->model.type == MR_MODEL_GPT) {
+    if (c->model.type == MR_MODEL_GPT && (c->train_text || c->eval_text)) {
+        const char *path = train ? c->train_text : c->eval_text;
+        MR_TRY(mr_data_from_text(path, c->model.context, MR_DATA_TEXT_CHARS, &ds));
+        if (c->train_text && c->eval_text && !strcmp(c->train_text, c->eval_text))
+            THEN(train ? mr_data_skip(ds, MR_TEXT_HOLDOUT, &next) : mr_data_take(ds, MR_TEXT_HOLDOUT, &next));
+    } else if (c->model.type == MR_MODEL_GPT) {
         const char *path = train ? c->train_tokens : c->eval_tokens;
         MR_TRY(mr_data_from_tokens(path, c->token_bytes, c->model.context, MR_DATA_TOKENS_RAW, &ds));
     } else {
@@ -161,6 +167,88 @@ fail:
 
 /* ---- the loop ----------------------------------------------------------------------------------- */
 
+/* Appends code point cp as UTF-8 to out (of cap bytes, kept NUL-terminated). */
+static void put_utf8(char *out, size_t cap, int32_t cp) {
+    char b[4];
+    int n;
+    if (cp < 0x80) {
+        b[0] = (char)cp;
+        n = 1;
+    } else if (cp < 0x800) {
+        b[0] = (char)(0xc0 | (cp >> 6));
+        b[1] = (char)(0x80 | (cp & 0x3f));
+        n = 2;
+    } else if (cp < 0x10000) {
+        b[0] = (char)(0xe0 | (cp >> 12));
+        b[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+        b[2] = (char)(0x80 | (cp & 0x3f));
+        n = 3;
+    } else {
+        b[0] = (char)(0xf0 | (cp >> 18));
+        b[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+        b[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+        b[3] = (char)(0x80 | (cp & 0x3f));
+        n = 4;
+    }
+    size_t len = strlen(out);
+    if (len + (size_t)n + 1 > cap) return;
+    memcpy(out + len, b, (size_t)n);
+    out[len + (size_t)n] = '\0';
+}
+
+/* Samples cfg->sample_chars characters from the trained language model: the window starts as the
+ * first evaluation (or training) window, each step runs the forward on the last `context` tokens
+ * and draws the next from softmax(logits / 0.8) with Philox (seed-determined). */
+static mr_status generate(const mr_train_cfg *c, mr_steps *steps, const int32_t *vocab, int64_t nvocab,
+                          mr_train_result *res) {
+    mr_status st = MR_OK;
+    pipeline p;
+    int64_t unused = 0;
+    const int64_t T = c->model.context;
+    int32_t *win = calloc((size_t)T, sizeof *win), *y = calloc((size_t)T, sizeof *y);
+    double *prob = calloc((size_t)nvocab, sizeof *prob);
+    memset(&p, 0, sizeof p);
+    MR_CHECK(win && y && prob, MR_ERR_NOMEM, "generate: out of memory");
+    mr_train_cfg from = *c; /* start from the held-out text, or the training text without one */
+    if (!from.eval_text) from.eval_text = from.train_text;
+    MR_TRY(make_pipeline(&from, 0, 1, &unused, &p));
+    mr_data_elem e;
+    int end = 0;
+    MR_TRY(mr_data_iter_next(p.it, &e, &end));
+    MR_CHECK(!end, MR_ERR_INVALID, "generate: no text to start from");
+    memcpy(win, e.data[0], (size_t)T * sizeof *win);
+    mr_step *s = NULL;
+    MR_TRY(mr_steps_get(steps, 1, 0, &s));
+    MR_TRY(mr_plan_bind(s->plan, s->io.x, win));
+    MR_TRY(mr_plan_bind(s->plan, s->io.y, y));
+    res->sample[0] = '\0';
+    for (int64_t k = 0; k < c->sample_chars; k++) {
+        MR_TRY(mr_plan_run(s->plan));
+        const float *logits = (const float *)mr_plan_data(s->plan, s->io.out) + (T - 1) * nvocab;
+        double m = -INFINITY, sum = 0;
+        for (int64_t v = 0; v < nvocab; v++) m = logits[v] > m ? logits[v] : m;
+        for (int64_t v = 0; v < nvocab; v++) sum += prob[v] = exp((logits[v] - m) / 0.8);
+        double u = (double)mr_u32_to_unit_f32(mr_philox_u32(c->seed, 0x5a4d, (uint64_t)k)) * sum;
+        int64_t tok = nvocab - 1;
+        for (int64_t v = 0; v < nvocab; v++) {
+            if (u < prob[v]) {
+                tok = v;
+                break;
+            }
+            u -= prob[v];
+        }
+        memmove(win, win + 1, (size_t)(T - 1) * sizeof *win);
+        win[T - 1] = (int32_t)tok;
+        put_utf8(res->sample, sizeof res->sample, vocab[tok]);
+    }
+fail:
+    pipeline_free(&p);
+    free(win);
+    free(y);
+    free(prob);
+    return st;
+}
+
 static mr_status check_cfg(const mr_train_cfg *c) {
     if (c->steps < 1) return mr_set_error(MR_ERR_INVALID, "train.steps: must be >= 1, got %lld", (long long)c->steps);
     if (c->batch < 1) return mr_set_error(MR_ERR_INVALID, "train.batch: must be >= 1, got %lld", (long long)c->batch);
@@ -169,7 +257,8 @@ static mr_status check_cfg(const mr_train_cfg *c) {
                             (long long)c->accumulate, (long long)c->batch);
     if (c->grad_clip < 0) return mr_set_error(MR_ERR_INVALID, "optimizer.grad_clip: must be >= 0, got %g", c->grad_clip);
     if (c->model.type == MR_MODEL_GPT) {
-        if (!c->train_tokens) return mr_set_error(MR_ERR_INVALID, "data.train.path: a gpt needs a token file");
+        if (!c->train_tokens && !c->train_text)
+            return mr_set_error(MR_ERR_INVALID, "data.train.path: a gpt needs a token or text file");
     } else if (!c->train_images || !c->train_labels) {
         return mr_set_error(MR_ERR_INVALID, "data.train: an %s needs IDX images and labels",
                             c->model.type == MR_MODEL_CNN ? "cnn" : "mlp");
@@ -215,6 +304,15 @@ mr_status mr_train(const mr_train_cfg *cfg, mr_train_result *res) {
         c.model.in_channels = 1;
         c.model.height = sp->comp[0].shape.dim[1];
         c.model.width = sp->comp[0].shape.dim[2];
+    }
+    const int32_t *vocab = NULL;
+    int64_t nvocab = 0;
+    if (c.model.type == MR_MODEL_GPT && c.train_text) {
+        MR_TRY(mr_data_text_vocab(train.ds, &vocab, &nvocab));
+        if (c.model.vocab != nvocab && !c.quiet)
+            mr_log_info("model.vocab: %lld characters in %s (the config said %lld)", (long long)nvocab, c.train_text,
+                        (long long)c.model.vocab);
+        c.model.vocab = nvocab;
     }
     MR_TRY(mr_params_new(&ps));
     MR_TRY(mr_steps_new(mr_model_step_build, &c.model, ps, MR_DEVICE_CPU, &steps));
@@ -311,7 +409,7 @@ mr_status mr_train(const mr_train_cfg *cfg, mr_train_result *res) {
             interval = 0;
         }
         if ((c.eval_every > 0 && (step + 1) % c.eval_every == 0) || last) {
-            if (!(c.model.type == MR_MODEL_GPT ? c.eval_tokens : c.eval_images)) continue;
+            if (!(c.model.type == MR_MODEL_GPT ? (c.eval_tokens || c.eval_text) : c.eval_images != NULL)) continue;
             eval_out ev;
             MR_TRY(evaluate(&c, steps, micro, &ev));
             res->eval_loss = ev.loss;
@@ -340,6 +438,7 @@ mr_status mr_train(const mr_train_cfg *cfg, mr_train_result *res) {
     }
     res->steps = c.steps;
     res->seconds = now_s() - t_start;
+    if (vocab && c.sample_chars > 0) MR_TRY(generate(&c, steps, vocab, nvocab, res));
     res->compilations = mr_steps_compilations(steps);
 fail:
     if (metrics) fclose(metrics);

@@ -18,6 +18,8 @@
 extern "C" {
 #endif
 
+#define MR_TEXT_HOLDOUT 64
+
 typedef struct mr_train_cfg {
     mr_model_cfg model;
     mr_optim_cfg optim;
@@ -31,6 +33,11 @@ typedef struct mr_train_cfg {
     const char *train_images, *train_labels, *eval_images, *eval_labels;
     const char *train_tokens, *eval_tokens;
     int token_bytes;            /* 2 or 4 */
+    /* or a text file read as UTF-8 characters (gpt; model.vocab becomes the text's character
+     * count). When eval_text names the same file, its first MR_TEXT_HOLDOUT windows are held out
+     * for evaluation and training skips them. */
+    const char *train_text, *eval_text;
+    int64_t sample_chars;       /* text gpt: characters generated after training (0: none) */
     int64_t shuffle;            /* shuffle buffer; 0: no shuffling */
     const char *run_dir;        /* metrics.jsonl goes there (created); NULL: no files */
     int quiet;                  /* no progress output */
@@ -42,6 +49,7 @@ typedef struct mr_train_result {
     double last_loss;          /* mean training loss of the last log interval */
     double eval_loss, eval_accuracy, eval_perplexity; /* the final evaluation (NaN when none) */
     int compilations;
+    char sample[2048];         /* the generated text (UTF-8), when sample_chars > 0 */
 } mr_train_result;
 
 /* Defaults: 1000 steps, batch 128, AdamW 1e-3, constant schedule, log every 50, eval at the end. */

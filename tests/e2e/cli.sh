@@ -58,6 +58,23 @@ check "results.csv has 2 trials" "[ \$(wc -l < '$tmp/sweep/results.csv') -eq 3 ]
 out=$("$mirror" sweep "$tmp/sweep.yaml" 2>&1); rc=$?
 check "a second sweep run skips finished trials" "[ $rc -eq 0 ] && [ \$(echo \"\$out\" | grep -c 'done before') -eq 2 ]"
 
-echo "$((fails == 0 ? 1 : 0)) passed, $fails failed" >/dev/null
+# 4. a tiny character-level GPT on a text file: the loss falls and a sample is printed
+for i in $(seq 1 200); do echo "In the beginning God created the heaven and the earth. And the earth was without form."; done >"$tmp/text.txt"
+cat >"$tmp/gpt.yaml" <<YAML
+model: {type: gpt, vocab: 30, context: 32, layers: 1, heads: 2, embd: 32}
+data:
+  train: {source: text, path: $tmp/text.txt, context: 32, shuffle: 100}
+  eval: {source: text, path: $tmp/text.txt, context: 32}
+optimizer: {type: adamw, lr: 1.0e-2}
+train: {steps: 60, batch: 16, eval_every: 0, log_every: 20}
+checkpoint: {dir: $tmp/gpt}
+YAML
+out=$("$mirror" train "$tmp/gpt.yaml" 2>&1); rc=$?
+echo "$out" | tail -4
+check "gpt train exits 0" "[ $rc -eq 0 ]"
+check "gpt prints a sample" "echo \"\$out\" | grep -q '^sample:'"
+ppl=$(echo "$out" | sed -n 's/.*eval perplexity \([0-9.]*\).*/\1/p' | tail -1)
+check "gpt learns: perplexity < 8 ($ppl; 28 characters)" "awk -v p=${ppl:-99} 'BEGIN { exit !(p < 8) }'"
+
 if [ $fails -ne 0 ]; then echo "cli.sh: $fails checks failed"; exit 1; fi
 echo "cli.sh: all checks passed"
