@@ -38,7 +38,8 @@ extern "C" {
 
 #define MR_DATA_MAX_COMPONENTS 4
 #define MR_DATA_NAME_MAX 32
-/* For map(parallel) and prefetch(n): let mirror choose (OpenMP max threads / 2 batches). */
+/* For map(parallel) and prefetch(n): let mirror choose from measured timing (see "Autotune"
+ * below, at mr_data_iter_stats). */
 #define MR_DATA_AUTO 0
 
 /* One component of an element: a name ("image"), a dtype and a per-element shape (batching adds
@@ -164,7 +165,7 @@ mr_status mr_data_shuffle(mr_dataset *in, int64_t buffer, uint64_t seed, int res
  * component c) from in[c] (one element of the input spec). index is the source element index and
  * epoch the number of times the source was restarted (so augmentations can draw from Philox
  * deterministically). fn must be thread-safe and pure. parallel: threads materializing elements
- * (MR_DATA_AUTO: OpenMP's max); the largest parallel of a pipeline's maps applies to the whole
+ * (MR_DATA_AUTO: autotuned up to OpenMP's max, see mr_data_iter_stats); the largest parallel of a pipeline's maps applies to the whole
  * materialization (source read + maps). Maps must come before batch (MR_ERR_UNSUPPORTED after).
  * MR_ERR_INVALID if fn is NULL, out_spec is bad or parallel < 0. */
 typedef mr_status (*mr_data_map_fn)(void *ctx, const void *const in[], void *const out[], int64_t index,
@@ -177,7 +178,7 @@ mr_status mr_data_map(mr_dataset *in, mr_data_map_fn fn, void *ctx, const mr_dat
  * One batch per pipeline (MR_ERR_UNSUPPORTED for a second). MR_ERR_INVALID if size < 1. */
 mr_status mr_data_batch(mr_dataset *in, int64_t size, int drop_remainder, mr_dataset **out) MR_WUR;
 
-/* Materializes up to n elements (batches) ahead on a background thread (MR_DATA_AUTO: 2). Order
+/* Materializes up to n elements (batches) ahead on a background thread (MR_DATA_AUTO: autotuned from 2, see mr_data_iter_stats). Order
  * and contents are unchanged; several prefetches act as one with the largest n.
  * MR_ERR_INVALID if n < 0. */
 mr_status mr_data_prefetch(mr_dataset *in, int64_t n, mr_dataset **out) MR_WUR;
@@ -258,6 +259,43 @@ mr_status mr_data_iter_save(const mr_data_iter *it, void **blob, size_t *bytes) 
  * byte offset), MR_ERR_INVALID (structure hash differs: another pipeline). On error the iterator
  * is reset to the start of the data. */
 mr_status mr_data_iter_restore(mr_data_iter *it, const void *blob, size_t bytes) MR_WUR;
+
+/* What an iterator measured since it started (or since its last restore). */
+typedef struct mr_data_stats {
+    int64_t elements;      /* elements (batches) delivered by next() */
+    int64_t produced;      /* elements (batches) materialized (delivered + queued ahead) */
+    double produce_s;      /* seconds the producer spent materializing (not waiting for room) */
+    double producer_rate;  /* produced / produce_s: elements (batches) per second the pipeline can
+                              make; 0 before the first round */
+    double wait_s;         /* seconds the consumer spent blocked inside next() waiting for data (with
+                              no prefetch: materializing it itself): the starved-accelerator time */
+    double elapsed_s;      /* seconds since the first next() */
+    int map_parallel;      /* threads materializing now */
+    int64_t prefetch;      /* prefetch depth in use now (0: no prefetch) */
+    int map_parallel_auto; /* non-zero when map_parallel is autotuned (a map said MR_DATA_AUTO) */
+    int prefetch_auto;     /* non-zero when the depth is autotuned (a prefetch said MR_DATA_AUTO) */
+} mr_data_stats;
+
+/* Fills *out with it's counters. Costs a few clock reads per batch to maintain; reading them
+ * takes the iterator's lock briefly. Call it from the iterator's thread (like every call on an
+ * iterator). MR_ERR_INVALID on NULL arguments.
+ *
+ * Autotune. Only speed is tuned, never the order: elements are always delivered in sequence order,
+ * so an autotuned pipeline yields exactly the bytes of the same pipeline with fixed values, and
+ * save/restore are unchanged.
+ * - prefetch(MR_DATA_AUTO): the depth starts at 2. After each window of 8 deliveries (past the
+ *   first fill) in which the consumer found the queue empty at least twice, the depth doubles, up
+ *   to a bound of 16 batches, or less when the batches are large: the queue's buffers stay under
+ *   64 MiB (never below 2). Buffers are allocated as the depth grows, so a consumer that never
+ *   waits keeps a queue of 2 (+1 being read).
+ * - map(parallel = MR_DATA_AUTO): P starts at OpenMP's max threads (omp_get_max_threads(), the
+ *   bound it never exceeds; the largest fixed parallel of the pipeline's other maps is the floor).
+ *   After every window of 8 deliveries it is re-chosen as
+ *   P = ceil(1.5 * cost / consumer), where cost is the measured thread-seconds to materialize
+ *   one element (batch) and consumer the measured seconds the consumer spends per element outside
+ *   next(): enough threads to stay 1.5x ahead of the consumer, and no more (the rest of the cores
+ *   stay with the training step). A consumer that spends ~0 outside next() gets the max. */
+mr_status mr_data_iter_stats(const mr_data_iter *it, mr_data_stats *out) MR_WUR;
 
 /* Stops the prefetch thread and frees the iterator (releases its dataset). NULL is a no-op. */
 void mr_data_iter_free(mr_data_iter *it);

@@ -35,7 +35,7 @@ struct mr_dataset {
     uint64_t seed;
     mr_data_map_fn map_fn;
     void *map_ctx;
-    int parallel;
+    int parallel;       /* map: threads (MR_DATA_AUTO: autotuned); prefetch: 1 when the depth is autotuned */
     /* source */
     int64_t src_n;
     ds_read_fn src_read;

@@ -291,7 +291,9 @@ mr_status mr_data_prefetch(mr_dataset *in, int64_t n, mr_dataset **out) {
         if (out) *out = NULL;
         return mr_set_error(MR_ERR_INVALID, "prefetch: buffer_size must be in 0..2^20 (0 = auto), got %lld", (long long)n);
     }
-    return transform_new(in, DS_PREFETCH, "prefetch", n == MR_DATA_AUTO ? 2 : n, 0, 0, out);
+    mr_status st = transform_new(in, DS_PREFETCH, "prefetch", n == MR_DATA_AUTO ? 2 : n, 0, 0, out);
+    if (st == MR_OK) (*out)->parallel = n == MR_DATA_AUTO; /* prefetch: 1 = autotuned depth (iterator.c) */
+    return st;
 }
 
 mr_status mr_data_repeat(mr_dataset *in, int64_t count, mr_dataset **out) {

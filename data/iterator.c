@@ -9,11 +9,18 @@
  * P OpenMP threads (P = the pipeline's map parallelism) over the entries of one batch, or over P
  * unbatched items at once. Slots are filled in sequence order and delivered in sequence order, so
  * thread count and timing change nothing but speed. With prefetch, one background pthread runs the
- * rounds; without it next() runs a round itself when the queue is empty. */
+ * rounds; without it next() runs a round itself when the queue is empty.
+ *
+ * The queue is a ring of slot pointers (ring[seq % nslots]) over a pool of slots taken from a free
+ * stack, so its depth can grow under autotune while batch buffers are allocated only for slots
+ * actually used. Statistics and autotune (the policy is documented in data.h) cost a few clock
+ * reads per round and per next(); they change P and the depth, never the order. */
+#include <math.h>
 #include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "data/chain_impl.h"
 
@@ -22,6 +29,7 @@ typedef struct slot {
     void *bufs[MR_DATA_MAX_COMPONENTS];
     mr_status status;
     int64_t err_entry;
+    int nomem; /* its buffers could not be allocated */
     char msg[512];
 } slot;
 
@@ -38,16 +46,28 @@ struct mr_data_iter {
     int64_t batch, item_cap;
     int nmaps;
     map_step *maps;
-    int threads;     /* P */
-    int64_t prefetch; /* 0: none */
+    int threads;     /* the most threads materializing (scratch is sized for it) */
+    int p_cur;       /* P in use now (<= threads); guarded by mu */
+    int p_auto, p_floor;
+    int64_t prefetch; /* depth in use now (0: none); guarded by mu */
+    int64_t depth_max;
+    int depth_auto;
     int chunk;       /* items per round */
     /* per thread scratch: level l (0 = source, m = after map m-1), component c */
     void **scratch;  /* threads * (nmaps) * MR_DATA_MAX_COMPONENTS */
     item cons_item;
-    /* queue */
+    /* queue: ring[seq % nslots] points into the pool `slots`; free slots on the stack `freel` */
     int nslots;
     slot *slots;
+    slot **ring;
+    int *freel;
+    int nfree;
     int64_t head, tail;
+    /* statistics (produced, produce_s, produce_ts under mu; the rest the consumer's) */
+    int64_t produced, delivered;
+    double produce_s, produce_ts; /* seconds materializing; the same times P (thread-seconds) */
+    double wait_s, t_first, t_ret, win_cons_s;
+    int win_n, win_waits;
     int held, eof, stop, thread_on, ended, failed;
     mr_status fail_status;
     char fail_msg[512];
@@ -56,6 +76,12 @@ struct mr_data_iter {
     pthread_mutex_t mu;
     pthread_cond_t cv;
 };
+
+static double clock_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 /* ---- materialization ------------------------------------------------------------------------ */
 
@@ -81,17 +107,40 @@ static mr_status materialize(mr_data_iter *it, int t, const entry *e, void *cons
 static int produce_round(mr_data_iter *it) {
     pthread_mutex_lock(&it->mu);
     int64_t free_slots;
-    while ((free_slots = it->nslots - (it->tail - it->head)) <= 0 && !it->stop)
+    for (;;) {
+        int64_t limit = (it->prefetch > it->chunk ? it->prefetch : it->chunk) + 1;
+        free_slots = limit - (it->tail - it->head);
+        if (free_slots > 0 || it->stop) break;
         pthread_cond_wait(&it->cv, &it->mu);
-    int stop = it->stop;
+    }
+    int stop = it->stop, p = it->p_cur;
     int64_t tail = it->tail;
+    int k = free_slots < it->chunk ? (int)free_slots : it->chunk, got = 0, eof = 0;
+    if (!stop) /* claim k slots from the free stack for sequence numbers tail .. tail+k-1 */
+        for (int j = 0; j < k; j++) it->ring[(tail + j) % it->nslots] = &it->slots[it->freel[--it->nfree]];
     pthread_mutex_unlock(&it->mu);
     if (stop) return 0;
-    int k = free_slots < it->chunk ? (int)free_slots : it->chunk, got = 0, eof = 0;
+    double t0 = clock_s();
     int64_t offs[65];
     offs[0] = 0;
     for (; got < k; got++) {
-        slot *s = &it->slots[(tail + got) % it->nslots];
+        slot *s = it->ring[(tail + got) % it->nslots];
+        if (s->bufs[0] == NULL) { /* first use of this slot: its batch buffers */
+            for (int c = 0; c < it->ds->spec.n && !s->nomem; c++) {
+                size_t b = mr_data_spec_bytes(&it->ds->spec, c) * (size_t)it->item_cap;
+                s->bufs[c] = malloc(b ? b : 1);
+                if (!s->bufs[c]) s->nomem = 1;
+            }
+        }
+        if (s->nomem) {
+            s->status = MR_ERR_NOMEM;
+            s->it.n = 0;
+            snprintf(s->msg, sizeof s->msg, "data iterator: out of memory for a batch buffer");
+            offs[got + 1] = offs[got];
+            got++;
+            eof = 1;
+            break;
+        }
         s->status = MR_OK;
         s->err_entry = INT64_MAX;
         s->msg[0] = '\0';
@@ -109,11 +158,11 @@ static int produce_round(mr_data_iter *it) {
         offs[got + 1] = offs[got] + s->it.n;
     }
     int64_t total = offs[got];
-#pragma omp parallel for num_threads(it->threads) schedule(static) if (it->threads > 1 && total > 1)
+#pragma omp parallel for num_threads(p) schedule(static) if (p > 1 && total > 1)
     for (int64_t g = 0; g < total; g++) {
         int j = 0;
         while (offs[j + 1] <= g) j++;
-        slot *s = &it->slots[(tail + j) % it->nslots];
+        slot *s = it->ring[(tail + j) % it->nslots];
         int64_t e = g - offs[j];
         void *dst[MR_DATA_MAX_COMPONENTS];
         for (int c = 0; c < it->ds->spec.n; c++) dst[c] = (char *)s->bufs[c] + (size_t)e * mr_data_spec_bytes(&it->ds->spec, c);
@@ -129,8 +178,14 @@ static int produce_round(mr_data_iter *it) {
         }
     }
     for (int j = 0; j < got; j++)
-        if (it->slots[(tail + j) % it->nslots].status != MR_OK) eof = 1;
+        if (it->ring[(tail + j) % it->nslots]->status != MR_OK) eof = 1;
+    double dt = clock_s() - t0;
     pthread_mutex_lock(&it->mu);
+    /* slots claimed but not filled (the data ended) go back to the stack, last claimed first */
+    for (int j = k - 1; j >= got; j--) it->freel[it->nfree++] = (int)(it->ring[(tail + j) % it->nslots] - it->slots);
+    it->produced += got;
+    it->produce_s += dt;
+    it->produce_ts += dt * p;
     it->tail += got;
     if (eof) it->eof = 1;
     pthread_cond_broadcast(&it->cv);
@@ -160,13 +215,49 @@ static void stop_producer(mr_data_iter *it) {
     it->stop = 0;
 }
 
+/* Every slot back on the free stack, slot 0 on top (so a shallow queue touches few slots). */
+static void reset_slots(mr_data_iter *it) {
+    it->nfree = it->nslots;
+    for (int i = 0; i < it->nslots; i++) it->freel[i] = it->nslots - 1 - i;
+}
+
+/* Statistics back to zero (the tuned P and depth are kept). */
+static void reset_stats(mr_data_iter *it) {
+    it->produced = it->delivered = 0;
+    it->produce_s = it->produce_ts = it->wait_s = it->t_first = it->t_ret = it->win_cons_s = 0;
+    it->win_n = it->win_waits = 0;
+}
+
 /* Drops everything queued; both chains must be set by the caller. */
 static void reset_queue(mr_data_iter *it) {
     stop_producer(it);
+    reset_slots(it);
+    reset_stats(it);
     it->head = it->tail = 0;
     it->held = it->eof = it->ended = it->failed = 0;
     it->fail_status = MR_OK;
     it->fail_msg[0] = '\0';
+}
+
+/* After each delivery: every 8 deliveries, re-choose P and the prefetch depth (policy in data.h). */
+static void autotune(mr_data_iter *it, int waited) {
+    it->win_n++;
+    it->win_waits += waited;
+    if (it->win_n < 8) return;
+    pthread_mutex_lock(&it->mu);
+    if (it->depth_auto && it->prefetch < it->depth_max && it->win_waits >= 2 && it->delivered > it->prefetch) {
+        it->prefetch = it->prefetch * 2 < it->depth_max ? it->prefetch * 2 : it->depth_max;
+        pthread_cond_broadcast(&it->cv); /* room for the producer */
+    }
+    if (it->p_auto && it->produced > 0) {
+        double cost = it->produce_ts / (double)it->produced, cons = it->win_cons_s / it->win_n;
+        double want = cons > 0 ? ceil(1.5 * cost / cons) : (double)it->threads;
+        int p = want >= it->threads ? it->threads : (int)want;
+        it->p_cur = p < it->p_floor ? it->p_floor : p;
+    }
+    pthread_mutex_unlock(&it->mu);
+    it->win_n = it->win_waits = 0;
+    it->win_cons_s = 0;
 }
 
 /* ---- public API ----------------------------------------------------------------------------- */
@@ -183,6 +274,8 @@ void mr_data_iter_free(mr_data_iter *it) {
         }
     }
     free(it->slots);
+    free(it->ring);
+    free(it->freel);
     if (it->scratch) {
         size_t n = (size_t)it->threads * (size_t)it->nmaps * MR_DATA_MAX_COMPONENTS;
         for (size_t i = 0; i < n; i++) free(it->scratch[i]);
@@ -211,18 +304,25 @@ mr_status mr_data_iter_new(mr_dataset *ds, mr_data_iter **out) {
     it->batch = ds->batch;
     it->item_cap = ds->batch ? ds->batch : 1;
     it->threads = 1;
+    it->p_floor = 1;
     /* maps (collected last to first), threads, prefetch depth, the source */
     for (const mr_dataset *d = ds; d; d = d->in) {
         if (d->kind == DS_MAP) {
             it->nmaps++;
             int p = d->parallel == MR_DATA_AUTO ? omp_get_max_threads() : d->parallel;
+            if (d->parallel == MR_DATA_AUTO) it->p_auto = 1;
+            else if (d->parallel > it->p_floor) it->p_floor = d->parallel;
             if (p > it->threads) it->threads = p;
         }
         if (d->kind == DS_SOURCE && d->parallel > it->threads) it->threads = d->parallel; /* maps inside cache/interleave */
+        if (d->kind == DS_SOURCE && d->parallel > it->p_floor) it->p_floor = d->parallel;
         if (d->kind == DS_PREFETCH && d->a > it->prefetch) it->prefetch = d->a;
+        if (d->kind == DS_PREFETCH && d->parallel) it->depth_auto = 1;
         if (d->kind == DS_SOURCE) it->src = d;
     }
     if (it->threads > 256) it->threads = 256;
+    if (it->p_floor > it->threads) it->p_floor = it->threads;
+    it->p_cur = it->threads;
     it->maps = calloc((size_t)(it->nmaps ? it->nmaps : 1), sizeof(map_step));
     MR_CHECK(it->maps, MR_ERR_NOMEM, "mr_data_iter_new: out of memory");
     int m = it->nmaps;
@@ -248,19 +348,26 @@ mr_status mr_data_iter_new(mr_dataset *ds, mr_data_iter **out) {
     it->cons_item.e = malloc(sizeof(entry) * (size_t)it->item_cap);
     MR_CHECK(it->cons_item.e, MR_ERR_NOMEM, "mr_data_iter_new: out of memory");
     it->chunk = it->batch ? 1 : (it->threads < 64 ? it->threads : 64);
-    it->nslots = (int)((it->prefetch > it->chunk ? it->prefetch : it->chunk) + 1);
+    it->depth_max = it->prefetch;
+    if (it->depth_auto) { /* up to 16 items, queue buffers under 64 MiB, never below 2 or a fixed depth */
+        size_t item_bytes = 0;
+        for (int c = 0; c < ds->spec.n; c++) item_bytes += mr_data_spec_bytes(&ds->spec, c) * (size_t)it->item_cap;
+        int64_t bound = item_bytes ? (int64_t)(((size_t)64 << 20) / item_bytes) - 1 : 16;
+        if (bound > 16) bound = 16;
+        if (bound < 2) bound = 2;
+        if (bound > it->depth_max) it->depth_max = bound;
+    }
+    it->nslots = (int)((it->depth_max > it->chunk ? it->depth_max : it->chunk) + 1);
     it->slots = calloc((size_t)it->nslots, sizeof(slot));
-    MR_CHECK(it->slots, MR_ERR_NOMEM, "mr_data_iter_new: out of memory");
+    it->ring = calloc((size_t)it->nslots, sizeof(slot *));
+    it->freel = calloc((size_t)it->nslots, sizeof(int));
+    MR_CHECK(it->slots && it->ring && it->freel, MR_ERR_NOMEM, "mr_data_iter_new: out of memory");
     for (int i = 0; i < it->nslots; i++) {
         slot *s = &it->slots[i];
         s->it.e = malloc(sizeof(entry) * (size_t)it->item_cap);
         MR_CHECK(s->it.e, MR_ERR_NOMEM, "mr_data_iter_new: out of memory");
-        for (int c = 0; c < ds->spec.n; c++) {
-            size_t b = mr_data_spec_bytes(&ds->spec, c) * (size_t)it->item_cap;
-            s->bufs[c] = malloc(b ? b : 1);
-            MR_CHECK(s->bufs[c], MR_ERR_NOMEM, "mr_data_iter_new: out of memory for a %zu-byte batch buffer", b);
-        }
     }
+    reset_slots(it);
     *out = it;
     return MR_OK;
 fail:
@@ -273,12 +380,17 @@ mr_status mr_data_iter_next(mr_data_iter *it, mr_data_elem *out, int *end) {
     *end = 0;
     if (it->failed) return mr_set_error(it->fail_status, "%s", it->fail_msg);
     if (it->ended) { *end = 1; return MR_OK; }
+    double t_in = clock_s();
+    if (it->t_first == 0) it->t_first = t_in;
+    if (it->t_ret > 0) it->win_cons_s += t_in - it->t_ret;
     pthread_mutex_lock(&it->mu);
     if (it->held) {
+        it->freel[it->nfree++] = (int)(it->ring[it->head % it->nslots] - it->slots);
         it->head++;
         it->held = 0;
         pthread_cond_broadcast(&it->cv);
     }
+    int waited = it->head == it->tail && !it->eof;
     pthread_mutex_unlock(&it->mu);
     if (it->prefetch > 0) {
         if (!it->thread_on) {
@@ -295,12 +407,14 @@ mr_status mr_data_iter_next(mr_data_iter *it, mr_data_elem *out, int *end) {
     pthread_mutex_lock(&it->mu);
     int empty = it->head == it->tail;
     pthread_mutex_unlock(&it->mu);
+    double t_got = clock_s();
+    if (waited) it->wait_s += t_got - t_in;
     if (empty) {
         it->ended = 1;
         *end = 1;
         return MR_OK;
     }
-    slot *s = &it->slots[it->head % it->nslots];
+    slot *s = it->ring[it->head % it->nslots];
     if (s->status != MR_OK) {
         it->failed = 1;
         it->fail_status = s->status;
@@ -319,6 +433,9 @@ mr_status mr_data_iter_next(mr_data_iter *it, mr_data_elem *out, int *end) {
               memcmp(it->cons_item.e, s->it.e, sizeof(entry) * (size_t)s->it.n) == 0);
     it->held = 1;
     it->position++;
+    it->delivered++;
+    autotune(it, waited);
+    it->t_ret = clock_s();
     const mr_data_spec *sp = &it->ds->spec;
     out->n = sp->n;
     for (int c = 0; c < MR_DATA_MAX_COMPONENTS; c++) {
@@ -353,6 +470,25 @@ mr_status mr_data_iter_next_into(mr_data_iter *it, void *const bufs[], mr_data_e
 }
 
 int64_t mr_data_iter_position(const mr_data_iter *it) { return it ? it->position : 0; }
+
+mr_status mr_data_iter_stats(const mr_data_iter *it, mr_data_stats *out) {
+    if (!it || !out) return mr_set_error(MR_ERR_INVALID, "mr_data_iter_stats: NULL argument");
+    mr_data_iter *w = (mr_data_iter *)it; /* the lock is internal state, not the iterator's value */
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&w->mu);
+    out->produced = it->produced;
+    out->produce_s = it->produce_s;
+    out->map_parallel = it->p_cur;
+    out->prefetch = it->prefetch;
+    pthread_mutex_unlock(&w->mu);
+    out->elements = it->delivered;
+    out->producer_rate = out->produce_s > 0 ? (double)out->produced / out->produce_s : 0;
+    out->wait_s = it->wait_s;
+    out->elapsed_s = it->t_first > 0 ? clock_s() - it->t_first : 0;
+    out->map_parallel_auto = it->p_auto;
+    out->prefetch_auto = it->depth_auto;
+    return MR_OK;
+}
 
 mr_status mr_data_iter_save(const mr_data_iter *it, void **blob, size_t *bytes) {
     if (!it || !blob || !bytes) return mr_set_error(MR_ERR_INVALID, "mr_data_iter_save: NULL argument");
