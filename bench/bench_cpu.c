@@ -8,6 +8,8 @@
  *               (MLP 784-1024-1024-10 at batch 256; the CNN's im2col GEMMs at batch 128), plus
  *               the built-in fallback kernel once, for scale; next to OpenBLAS tuned by hand
  *               (OPENBLAS_CORETYPE=SkylakeX), loaded directly as a peer.
+ *   bf16 GEMM   the GEMM op with bf16 inputs and an f32 C (mixed precision) next to the f32 GEMM
+ *               at 1024^3, 2048^3 and the MLP shapes, and against the measured vdpbf16ps peak.
  *   ops         elementwise, reduction and normalisation ops in GB/s of compulsory traffic.
  * Usage: bench_cpu [--quick]. Prints a markdown table. Timings are medians of repeated runs. */
 #include <dlfcn.h>
@@ -22,6 +24,7 @@
 #include "core/ops.h"
 #include "core/cpu/cpu_impl.h"
 #include "core/math/philox_math.h"
+#include "core/math/half_math.h"
 #include "bench_peak.h"
 
 static double now_s(void) {
@@ -137,6 +140,35 @@ static double bench_gemm(int64_t m, int64_t n, int64_t k, int tb, int builtin, i
     return 2.0 * (double)m * (double)n * (double)k / median(t, reps) / 1e9;
 }
 
+/* Median GFLOP/s of the GEMM op with bf16 A(M,K), op(B) and an f32 C (mixed precision). */
+static double bench_gemm_bf16(int64_t m, int64_t n, int64_t k, int tb, int reps) {
+    uint16_t *A = aligned_alloc(64, (size_t)((m * k * 2 + 63) / 64 * 64));
+    uint16_t *B = aligned_alloc(64, (size_t)((k * n * 2 + 63) / 64 * 64));
+    float *C = rand_buf(m * n, 3);
+    for (int64_t i = 0; i < m * k; i++) A[i] = mr_f32_to_bf16(mr_u32_to_unit_f32(mr_philox_u32(1, 0, (uint64_t)i)) - 0.5f);
+    for (int64_t i = 0; i < k * n; i++) B[i] = mr_f32_to_bf16(mr_u32_to_unit_f32(mr_philox_u32(2, 0, (uint64_t)i)) - 0.5f);
+    mr_op_args a;
+    mr_op_args_init(&a, MR_OP_GEMM);
+    a.p.gemm = (mr_gemm_params){0, tb, 1.0, 0.0};
+    a.in[0] = (mr_view){A, MR_BF16, mr_shape_2d(m, k)};
+    a.in[1] = (mr_view){B, MR_BF16, tb ? mr_shape_2d(n, k) : mr_shape_2d(k, n)};
+    a.out[0] = (mr_view){C, MR_F32, mr_shape_2d(m, n)};
+    double t[64];
+    if (reps > 64) reps = 64;
+    for (int r = -1; r < reps; r++) {
+        double t0 = now_s();
+        if (mr_op_run(MR_DEVICE_CPU, &a) != MR_OK) {
+            fprintf(stderr, "bf16 gemm failed: %s\n", mr_last_error());
+            exit(1);
+        }
+        if (r >= 0) t[r] = now_s() - t0;
+    }
+    free(A);
+    free(B);
+    free(C);
+    return 2.0 * (double)m * (double)n * (double)k / median(t, reps) / 1e9;
+}
+
 /* ---- ops ------------------------------------------------------------------------------------------ */
 
 /* Median GB/s of one op over n f32 elements; `bytes` is its compulsory traffic. */
@@ -192,6 +224,22 @@ int main(int argc, char **argv) {
     }
     double gb = bench_gemm(1024, 1024, 1024, 0, 1, 3);
     printf("| 1024^3 built-in fallback kernel | %.1f | %.0f%% | | |\n\n", gb, 100.0 * gb / peak);
+
+    /* Mixed precision: bf16 inputs, f32 accumulation and C, next to the f32 kernel. */
+    double pbf = peak_bf16(threads);
+    printf("- bf16 GEMM path: %s; measured vdpbf16ps peak: %.1f GFLOP/s on %d threads (%.2fx the fp32 FMA peak)\n\n",
+           mr_cpu_gemm_bf16_provider(), pbf, threads, peak > 0 ? pbf / peak : 0.0);
+    printf("| GEMM (M x N x K, B^T?) | f32 GFLOP/s | bf16 GFLOP/s | bf16 / f32 | bf16 %% of bf16 peak |\n"
+           "|---|---:|---:|---:|---:|\n");
+    for (int i = 0; i < ng; i++) {
+        if (g[i].m == 4096 || g[i].k < 64) continue; /* 1024^3, 2048^3, the MLP shapes and the CNN's deep ones */
+        int reps = g[i].m >= 2048 ? 5 : 15;
+        double gf = bench_gemm(g[i].m, g[i].n, g[i].k, g[i].tb, 0, reps);
+        double gh = bench_gemm_bf16(g[i].m, g[i].n, g[i].k, g[i].tb, reps);
+        printf("| %lld x %lld x %lld%s (%s) | %.1f | %.1f | %.2f | %.0f%% |\n", (long long)g[i].m, (long long)g[i].n,
+               (long long)g[i].k, g[i].tb ? " B^T" : "", g[i].what, gf, gh, gh / gf, pbf > 0 ? 100.0 * gh / pbf : 0.0);
+    }
+    printf("\n");
 
     /* Elementwise and row-wise ops on 64M f32 elements (256 MiB per operand: more than the last
      * level cache, like the bandwidth loops; rows of 1024 for the row ops). */

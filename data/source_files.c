@@ -78,9 +78,24 @@ static mr_status idx_load(const char *path, idx_file *f) {
         f->dims[d] = ((int64_t)b[0] << 24) | ((int64_t)b[1] << 16) | ((int64_t)b[2] << 8) | b[3];
         MR_CHECK(f->dims[d] <= INT32_MAX, MR_ERR_FORMAT, "%s: offset %lld: dim %d size %lld too large", path,
                  (long long)at, d, (long long)f->dims[d]);
+        /* an element of zero bytes (a zero dim past the first) would make a dataset of billions
+         * of empty elements, and would hide the other dims from the size bound below */
+        MR_CHECK(d == 0 || f->dims[d] > 0, MR_ERR_FORMAT, "%s: offset %lld: dim %d is 0 (only the count may be 0)", path,
+                 (long long)at, d);
+        /* checked before multiplying (fuzzing found the overflow): the whole file, and one
+         * element (dims past the first, which the iterator allocates per batch), stay <= 2^40 */
+        MR_CHECK(f->dims[d] == 0 || count <= ((int64_t)1 << 40) / f->dims[d], MR_ERR_FORMAT,
+                 "%s: offset %lld: dims multiply to more than 2^40 bytes", path, (long long)at);
         count *= f->dims[d];
-        MR_CHECK(count <= ((int64_t)1 << 40), MR_ERR_FORMAT, "%s: offset %lld: dims multiply to more than 2^40 bytes", path,
-                 (long long)at);
+    }
+    {
+        /* with a count of 0 the bound above never saw the other dims: bound one element too */
+        int64_t elem = 1;
+        for (int d = 1; d < f->ndim; d++) {
+            MR_CHECK(elem <= ((int64_t)1 << 30) / f->dims[d], MR_ERR_FORMAT,
+                     "%s: IDX elements of more than 2^30 bytes (dims past the first multiply too large)", path);
+            elem *= f->dims[d];
+        }
     }
     f->count = count;
     /* Grow the buffer as data arrives so a corrupt header cannot make us allocate terabytes. */

@@ -56,4 +56,16 @@
 #define GPU_F16_GEMM_RTOL 5e-3
 #define GPU_F16_GEMM_NMSE 1e-6
 
+/* CPU GEMM with bf16 (or f16) inputs, f32 accumulation and an f32 C (tests/unit/test_gemm_bf16.c)
+ * against the f64 reference on the same rounded inputs in [-1,1): the products are exact, so only
+ * the f32 sums round. Bound: |x - ref| <= ATOL + ATOL_PER_K * K + RTOL * |ref| (ATOL_PER_K is the
+ * f32 unit roundoff 2^-24). Measured over K = 0..4096, all transposes, batched, shared B, alpha/beta
+ * (AVX512_BF16 machine): vdpbf16ps kernel max abs 1.9e-5 (K = 4096), max abs / K 3.3e-8, max rel
+ * 4.2e-4 where |ref| > 1e-2 (cancellation; covered by the atol); the widen-to-f32 path (bf16 and
+ * f16) max abs 2.6e-5, max abs / K 7.2e-8 (K = 1: the output rounding, inside ATOL). */
+#define TOL_BF16_GEMM_ATOL 1e-6
+#define TOL_BF16_GEMM_ATOL_PER_K 6e-8
+#define TOL_BF16_GEMM_RTOL 1e-5
+#define TOL_BF16_GEMM_NMSE 1e-10
+
 #endif

@@ -34,6 +34,25 @@ void mr_cpu_sgemm_builtin(int trans_a, int trans_b, int64_t m, int64_t n, int64_
 int mr_cpu_sgemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                         int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
+/* Mixed-precision GEMM (gemm_bf16_avx512.c): C (m,n) f32 = alpha * op(A) * op(B) + beta * C with
+ * A and B bf16 (bits as uint16_t), products exact, sums in f32; row strides in elements.
+ * On CPUs with AVX512_BF16 a vdpbf16ps kernel (thread-count invariant, like the f32 one); elsewhere,
+ * or with MIRROR_GEMM_BF16=fallback in the environment at first use, the inputs are widened to f32
+ * and mr_cpu_sgemm runs. beta == 0 does not read C. Called from inside an OpenMP parallel region it
+ * runs on the calling thread only. Returns MR_OK, or MR_ERR_NOMEM (C untouched). Thread-safe. */
+mr_status mr_cpu_gemm_bf16(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
+                           int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc);
+
+/* The portable path: bf16 (is_f16 == 0) or f16 inputs widened exactly to f32 (a fresh copy per
+ * call), then mr_cpu_sgemm. Serves f16 always and bf16 without AVX512_BF16; exposed for tests.
+ * Returns MR_OK or MR_ERR_NOMEM (C untouched). */
+mr_status mr_cpu_gemm_half_via_f32(int is_f16, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                                   float alpha, const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
+                                   float beta, float *c, int64_t ldc);
+
+/* Which bf16 path mr_cpu_gemm_bf16 takes on this machine, in words. Never NULL. */
+const char *mr_cpu_gemm_bf16_provider(void);
+
 /* Propagates the process thread count to the provider. */
 void mr_cpu_gemm_set_threads(int n);
 

@@ -335,23 +335,38 @@ void mr_cpu_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, flo
 
 /* ---- the GEMM op ------------------------------------------------------------------------------ */
 
+/* One GEMM in the op's dtypes: f32, or bf16/f16 inputs with an f32 C (void pointers: A and B
+ * are float or uint16_t by dt). */
+static mr_status gemm_one(mr_dtype dt, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const void *A,
+                          int64_t lda, const void *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    switch (dt) {
+    case MR_F32: mr_cpu_sgemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc); return MR_OK;
+    case MR_BF16: return mr_cpu_gemm_bf16(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    default: return mr_cpu_gemm_half_via_f32(1, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    }
+}
+
 mr_status mr_gemm_fwd_cpu(const mr_op_args *a) {
     if (mr_op_is_f64(a)) return mr_gemm_fwd_ref(a);
-    if (a->in[0].dtype != MR_F32) return mr_op_error(a, "the CPU kernel takes f32 or f64, got %s", mr_dtype_name(a->in[0].dtype));
+    mr_dtype dt = a->in[0].dtype;
+    if (!(dt == MR_F32 || dt == MR_BF16 || dt == MR_F16) || a->out[0].dtype != MR_F32)
+        return mr_op_error(a, "the CPU kernel takes f32 or f64, or bf16/f16 inputs with an f32 C; got A %s, C %s",
+                           mr_dtype_name(dt), mr_dtype_name(a->out[0].dtype));
     const mr_shape *sa = &a->in[0].shape, *sb = &a->in[1].shape, *sc = &a->out[0].shape;
     const mr_gemm_params *p = &a->p.gemm;
     int64_t m = sc->dim[sc->ndim - 2], n = sc->dim[sc->ndim - 1];
     int64_t k = p->trans_a ? sa->dim[sa->ndim - 2] : sa->dim[sa->ndim - 1];
     int64_t batch = mr_shape_numel(sc) / (m * n > 0 ? m * n : 1);
     int b_shared = sb->ndim == 2 && batch > 1;
-    const float *A = a->in[0].data, *B = a->in[1].data;
+    size_t es = mr_dtype_size(dt);
+    const char *A = a->in[0].data, *B = a->in[1].data;
     float *C = a->out[0].data;
     int64_t lda = p->trans_a ? m : k, ldb = p->trans_b ? k : n;
+    float alpha = (float)p->alpha, beta = (float)p->beta;
     if (m * n == 0) return MR_OK;
     if (b_shared && !p->trans_a) {
         /* A shared B: fold the batch into M (one large GEMM instead of many small ones). */
-        mr_cpu_sgemm(0, p->trans_b, batch * m, n, k, (float)p->alpha, A, lda, B, ldb, (float)p->beta, C, n);
-        return MR_OK;
+        return gemm_one(dt, 0, p->trans_b, batch * m, n, k, alpha, A, lda, B, ldb, beta, C, n);
     }
     /* Many small GEMMs (attention: batch*heads of TxD by DxT) are shared out whole, one per
      * thread (each then runs single-threaded inside the region); one big one threads inside. */
@@ -362,14 +377,22 @@ mr_status mr_gemm_fwd_cpu(const mr_op_args *a) {
     /* Not `parallel for if (par)`: an inactive region would make each GEMM's own threading a
      * nested team, which libgomp builds anew on every call (MLP training ran 2.5x slower). */
     if (par) {
+        int failed = 0;
 #pragma omp parallel for schedule(static)
         for (int64_t bi = 0; bi < batch; bi++)
-            mr_cpu_sgemm(p->trans_a, p->trans_b, m, n, k, (float)p->alpha, A + bi * m * k, lda,
-                         B + (b_shared ? 0 : bi * k * n), ldb, (float)p->beta, C + bi * m * n, n);
+            if (gemm_one(dt, p->trans_a, p->trans_b, m, n, k, alpha, A + (size_t)(bi * m * k) * es, lda,
+                         B + (size_t)(b_shared ? 0 : bi * k * n) * es, ldb, beta, C + bi * m * n, n) != MR_OK) {
+#pragma omp atomic write
+                failed = 1;
+            }
+        /* the worker's message is thread-local: restate it here */
+        if (failed) return mr_set_error(MR_ERR_NOMEM, "gemm: out of memory for %s packing buffers", mr_dtype_name(dt));
     } else {
-        for (int64_t bi = 0; bi < batch; bi++)
-            mr_cpu_sgemm(p->trans_a, p->trans_b, m, n, k, (float)p->alpha, A + bi * m * k, lda,
-                         B + (b_shared ? 0 : bi * k * n), ldb, (float)p->beta, C + bi * m * n, n);
+        for (int64_t bi = 0; bi < batch; bi++) {
+            mr_status st = gemm_one(dt, p->trans_a, p->trans_b, m, n, k, alpha, A + (size_t)(bi * m * k) * es, lda,
+                                    B + (size_t)(b_shared ? 0 : bi * k * n) * es, ldb, beta, C + bi * m * n, n);
+            if (st != MR_OK) return st;
+        }
     }
     return MR_OK;
 }

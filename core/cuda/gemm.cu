@@ -67,8 +67,10 @@ extern "C" mr_status mr_gemm_fwd_cuda(const mr_op_args *a) {
             /* with CUBLAS_COMPUTE_32F the scalars are floats */
             float alpha = (float)p->alpha, beta = (float)p->beta;
             cudaDataType t = a->in[0].dtype == MR_F16 ? CUDA_R_16F : CUDA_R_16BF;
+            /* C may be f32 (mixed precision: half inputs, f32 output) or of the inputs' type */
+            cudaDataType tc = a->out[0].dtype == MR_F32 ? CUDA_R_32F : t;
             MR_TRY_CUBLAS(cublasGemmStridedBatchedEx(h, op_b, op_a, in, im, ik, &alpha, B, t, (int)ldb, stride_b, A,
-                                                     t, (int)lda, stride_a, &beta, C, t, (int)ldc, stride_c, ib,
+                                                     t, (int)lda, stride_a, &beta, C, tc, (int)ldc, stride_c, ib,
                                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
             break;
         }

@@ -1,5 +1,6 @@
 /* GEMM: argument check and the scalar reference (f64, the oracle for every backend). */
 #include "core/ops_impl.h"
+#include "core/math/half_math.h"
 
 /* Resolves batch, m, n, k from the views; see MR_OP_GEMM in ops.h. */
 static mr_status gemm_dims(const mr_op_args *a, int64_t *batch, int64_t *m, int64_t *n, int64_t *k, int *b_shared) {
@@ -28,38 +29,87 @@ static mr_status gemm_dims(const mr_op_args *a, int64_t *batch, int64_t *m, int6
     return MR_OK;
 }
 
+/* The dtype rule, {A, B, C}: {f32,f32,f32}, {f64,f64,f64}, and for mixed precision bf16 or f16
+ * inputs with f32 accumulation and an f32 C ({bf16,bf16,f32}, {f16,f16,f32}); a C of the input's
+ * own half type ({bf16,bf16,bf16}, {f16,f16,f16}) is kept for the CUDA kernel, which stores it
+ * (the CPU kernel rejects it). Written out here because mr_op_check_float rejects mixed dtypes. */
+static int gemm_dtypes_ok(mr_dtype ta, mr_dtype tb, mr_dtype tc) {
+    if (ta != tb) return 0;
+    if (ta == MR_F32 || ta == MR_F64) return tc == ta;
+    if (ta == MR_BF16 || ta == MR_F16) return tc == ta || tc == MR_F32;
+    return 0;
+}
+
 mr_status mr_gemm_fwd_check(const mr_op_args *a) {
     int64_t batch, m, n, k;
     int shared;
-    mr_dtype dt;
     if (!a->in[0].data || !a->in[1].data || !a->out[0].data) return mr_op_error(a, "A, B and C are required");
-    mr_status st = mr_op_check_float(a, 1, &dt);
-    if (st != MR_OK) return st;
+    mr_dtype ta = a->in[0].dtype, tb = a->in[1].dtype, tc = a->out[0].dtype;
+    if (!gemm_dtypes_ok(ta, tb, tc))
+        return mr_op_error(a, "A is %s, B %s, C %s; expected {A,B,C} of {f32,f32,f32}, {f64,f64,f64}, "
+                              "{bf16,bf16,f32} or {f16,f16,f32}",
+                           mr_dtype_name(ta), mr_dtype_name(tb), mr_dtype_name(tc));
     return gemm_dims(a, &batch, &m, &n, &k, &shared);
 }
 
+/* Element i of a float view as a double: exact for every float type (bf16 and f16 widen exactly). */
+static double ld(const mr_view *v, int64_t i) {
+    switch (v->dtype) {
+    case MR_F64: return ((const double *)v->data)[i];
+    case MR_F32: return ((const float *)v->data)[i];
+    case MR_BF16: return mr_bf16_to_f32(((const uint16_t *)v->data)[i]);
+    case MR_F16: return mr_f16_to_f32(((const uint16_t *)v->data)[i]);
+    default: return 0.0;
+    }
+}
+
+/* The oracle: sums in f64. Inputs of any float type are read exactly (tests give it f64 copies of
+ * the bf16-rounded values, or the bf16 values themselves); C in f64 is the usual use, an f32 C is
+ * rounded once at the end (a half C via f32). */
 mr_status mr_gemm_fwd_ref(const mr_op_args *a) {
     int64_t batch, m, n, k;
     int shared;
     mr_status st = gemm_dims(a, &batch, &m, &n, &k, &shared);
     if (st != MR_OK) return st;
-    if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64");
-    const double *A = a->in[0].data, *B = a->in[1].data;
-    double *C = a->out[0].data;
+    const mr_view *va = &a->in[0], *vb = &a->in[1], *vc = &a->out[0];
     const mr_gemm_params *p = &a->p.gemm;
+    if (va->dtype == MR_F64 && vb->dtype == MR_F64 && vc->dtype == MR_F64) {
+        /* the common case (every f64 test and autodiff check), without per-element dispatch */
+        const double *A = va->data, *B = vb->data;
+        double *C = vc->data;
+        for (int64_t bi = 0; bi < batch; bi++) {
+            const double *Ab = A + bi * m * k, *Bb = B + (shared ? 0 : bi * k * n);
+            double *Cb = C + bi * m * n;
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) {
+                    double s = 0.0;
+                    for (int64_t l = 0; l < k; l++)
+                        s += (p->trans_a ? Ab[l * m + i] : Ab[i * k + l]) * (p->trans_b ? Bb[j * k + l] : Bb[l * n + j]);
+                    Cb[i * n + j] = p->alpha * s + (p->beta != 0.0 ? p->beta * Cb[i * n + j] : 0.0);
+                }
+        }
+        return MR_OK;
+    }
     for (int64_t bi = 0; bi < batch; bi++) {
-        const double *Ab = A + bi * m * k, *Bb = B + (shared ? 0 : bi * k * n);
-        double *Cb = C + bi * m * n;
+        int64_t ao = bi * m * k, bo = shared ? 0 : bi * k * n, co = bi * m * n;
         for (int64_t i = 0; i < m; i++) {
             for (int64_t j = 0; j < n; j++) {
                 double s = 0.0;
                 for (int64_t l = 0; l < k; l++) {
-                    double x = p->trans_a ? Ab[l * m + i] : Ab[i * k + l];
-                    double y = p->trans_b ? Bb[j * k + l] : Bb[l * n + j];
+                    double x = ld(va, ao + (p->trans_a ? l * m + i : i * k + l));
+                    double y = ld(vb, bo + (p->trans_b ? j * k + l : l * n + j));
                     s += x * y;
                 }
                 /* beta == 0 ignores C entirely, so NaN garbage in C does not leak (BLAS rule) */
-                Cb[i * n + j] = p->alpha * s + (p->beta != 0.0 ? p->beta * Cb[i * n + j] : 0.0);
+                int64_t ci = co + i * n + j;
+                double r = p->alpha * s + (p->beta != 0.0 ? p->beta * ld(vc, ci) : 0.0);
+                switch (vc->dtype) {
+                case MR_F64: ((double *)vc->data)[ci] = r; break;
+                case MR_F32: ((float *)vc->data)[ci] = (float)r; break;
+                case MR_BF16: ((uint16_t *)vc->data)[ci] = mr_f32_to_bf16((float)r); break;
+                case MR_F16: ((uint16_t *)vc->data)[ci] = mr_f32_to_f16((float)r); break;
+                default: break;
+                }
             }
         }
     }

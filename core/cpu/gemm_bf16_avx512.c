@@ -1,0 +1,368 @@
+/* Mixed-precision GEMM on the CPU: bf16 (or f16) inputs, f32 accumulation, f32 C.
+ *
+ * C (m,n) f32 = alpha * op(A) (m,k) * op(B) (k,n) + beta * C, A and B bf16 (uint16_t bits),
+ * row-major with row strides in elements.
+ *  - kernel (CPUs with AVX512_BF16): vdpbf16ps (_mm512_dpbf16_ps) multiplies 16 pairs of bf16
+ *    and adds both exact products to 16 f32 lanes: twice the flops of an f32 FMA per
+ *    instruction. Operands are packed in the pair-interleaved layout it reads: one 32-bit word
+ *    holds (k even, k odd) of one row of op(A) or one column of op(B); an odd k is padded with 0.
+ *  - micro-kernel: a 14 x 32 tile of C in 28 zmm accumulators, as in sgemm_avx512.c; each k pair
+ *    loads two vectors of a packed B panel (32 columns x 2 k) and broadcasts 14 A words.
+ *  - blocking: KCP = 256 k pairs (512 k; a 32-column B micro-panel is still 32 KiB), MC = 168
+ *    rows, NC = 512 columns: the same bytes as the f32 kernel, half as many C updates.
+ *  - packing handles the transposes: untransposed A and transposed B have the pairs contiguous
+ *    (32-bit words, a 16x16 word transpose in registers); transposed A and untransposed B
+ *    interleave two k rows (zero-extend to 32 bits, shift, or).
+ *  - threads split C (columns in 32-column units; rows when n is small), never K: each element
+ *    of C is summed by one thread in one fixed k order, so results do not depend on the thread
+ *    count. Inside an OpenMP parallel region it runs on the calling thread.
+ *  - packing buffers come from a process-wide pool: no allocation in steady state.
+ * Elsewhere (no AVX512_BF16, MIRROR_GEMM_BF16=fallback, and f16 inputs always) the inputs are
+ * widened exactly to f32 and mr_cpu_sgemm runs: correct, not fast. The two paths round the f32
+ * accumulation differently (vdpbf16ps adds the pair's products in its own order and flushes
+ * bf16 denormals to zero), so they agree to f32 accuracy, not bit for bit. */
+#include "core/cpu/cpu_impl.h"
+#include "core/math/half_math.h"
+
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+enum { MR = 14, NR = 32, KCP = 256, MC = 168, NC = 512 };
+
+#define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+/* ---- packing buffer pool (as in sgemm_avx512.c; words are bf16 pairs) ------------------------ */
+
+typedef struct pack_bufs {
+    uint32_t *ap; /* MC x KCP packed A */
+    uint32_t *bp; /* KCP x NC packed B */
+    struct pack_bufs *next_free, *next_all;
+} pack_bufs;
+
+static pack_bufs *g_free, *g_all;
+static pthread_mutex_t g_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+
+__attribute__((destructor)) static void free_pool(void) {
+    pack_bufs *b = g_all;
+    while (b) {
+        pack_bufs *next = b->next_all;
+        free(b->ap);
+        free(b->bp);
+        free(b);
+        b = next;
+    }
+    g_all = g_free = NULL;
+}
+
+/* A set of buffers for the calling thread (NULL on out-of-memory). */
+static pack_bufs *acquire_bufs(void) {
+    pthread_mutex_lock(&g_pool_lock);
+    pack_bufs *b = g_free;
+    if (b) {
+        g_free = b->next_free;
+    } else {
+        b = calloc(1, sizeof *b);
+        if (b) {
+            b->ap = aligned_alloc(64, sizeof(uint32_t) * MC * KCP);
+            b->bp = aligned_alloc(64, sizeof(uint32_t) * KCP * NC);
+            b->next_all = g_all;
+            g_all = b;
+            if (!b->ap || !b->bp) b = NULL; /* stays on the all-list, freed at exit */
+        }
+    }
+    pthread_mutex_unlock(&g_pool_lock);
+    return b;
+}
+
+static void release_bufs(pack_bufs *b) {
+    if (!b) return;
+    pthread_mutex_lock(&g_pool_lock);
+    b->next_free = g_free;
+    g_free = b;
+    pthread_mutex_unlock(&g_pool_lock);
+}
+
+/* ---- packing ---------------------------------------------------------------------------------- */
+
+/* Transposes the 16x16 block of 32-bit words r[0..16) in registers (r[i] lane j -> r[j] lane i). */
+BF16_TARGET static inline void transpose16(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int h = 0; h < 16; h += 8)
+        for (int i = 0; i < 4; i++) {
+            t[h + i] = _mm512_shuffle_f32x4(u[h + i], u[h + 4 + i], 0x88);
+            t[h + 4 + i] = _mm512_shuffle_f32x4(u[h + i], u[h + 4 + i], 0xDD);
+        }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+        r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD);
+    }
+}
+
+static inline __mmask16 low_mask(int n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1u); }
+
+/* Words: rows [0, rows) of a (stride ld, in bf16) hold pairs contiguously from column 2*w0; writes
+ * the pair-interleaved panel dst[kp][width] (kp in [0, (kc+1)/2), width MR or NR, lanes col0..)
+ * for `rows` source rows and zero for the rest, `width` being the panel width. kc is the number
+ * of k in the block; an odd last k is padded with 0. */
+BF16_TARGET static void pack_pairs_contiguous(const uint16_t *src, int64_t ld, int rows, int kc, uint32_t *dst,
+                                              int width, int col0) {
+    int full = kc / 2;
+    for (int w = 0; w < full; w += 16) {
+        int nw = full - w < 16 ? full - w : 16;
+        __mmask16 km = low_mask(nw);
+        __m512 r[16];
+        for (int i = 0; i < 16; i++)
+            r[i] = i < rows ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(km, src + i * ld + 2 * w))
+                            : _mm512_setzero_ps();
+        transpose16(r);
+        __mmask16 sm = low_mask(width - col0 < 16 ? width - col0 : 16);
+        for (int j = 0; j < nw; j++) _mm512_mask_storeu_ps((float *)(dst + (w + j) * width + col0), sm, r[j]);
+    }
+    if (kc & 1) {
+        int lim = width - col0 < 16 ? width - col0 : 16;
+        for (int i = 0; i < lim; i++) dst[full * width + col0 + i] = i < rows ? src[i * ld + 2 * full] : 0u;
+    }
+}
+
+/* Packs op(A)[i0:i0+mc, p0:p0+kc] into micro-panels of MR rows: ap[panel][kp][r] words. */
+BF16_TARGET static void pack_a(int trans_a, const uint16_t *a, int64_t lda, int64_t i0, int64_t p0, int mc, int kc,
+                               uint32_t *ap) {
+    int kpn = (kc + 1) / 2;
+    for (int ir = 0; ir < mc; ir += MR) {
+        int mr = mc - ir < MR ? mc - ir : MR;
+        uint32_t *dst = ap + (int64_t)ir * kpn;
+        if (!trans_a) {
+            pack_pairs_contiguous(a + (i0 + ir) * lda + p0, lda, mr, kc, dst, MR, 0);
+        } else {
+            /* A is (k, m): rows 2kp and 2kp+1 give the pair, 14 contiguous rows of op(A) each */
+            __mmask16 rm = low_mask(mr);
+            for (int kp = 0; kp < kpn; kp++) {
+                const uint16_t *s0 = a + (p0 + 2 * kp) * lda + i0 + ir;
+                __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(rm, s0));
+                __m512i hi = 2 * kp + 1 < kc ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(rm, s0 + lda))
+                                             : _mm512_setzero_si512();
+                _mm512_mask_storeu_epi32(dst + kp * MR, (__mmask16)0x3fff, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+            }
+        }
+    }
+}
+
+/* Packs op(B)[p0:p0+kc, j0:j0+nc] into micro-panels of NR columns: bp[panel][kp][c] words. */
+BF16_TARGET static void pack_b(int trans_b, const uint16_t *b, int64_t ldb, int64_t p0, int64_t j0, int kc, int nc,
+                               uint32_t *bp) {
+    int kpn = (kc + 1) / 2;
+    if (!trans_b) {
+        /* B is (k, n): two k rows interleaved, each read once contiguously */
+        for (int kp = 0; kp < kpn; kp++) {
+            const uint16_t *s0 = b + (p0 + 2 * kp) * ldb + j0;
+            int has1 = 2 * kp + 1 < kc;
+            for (int jr = 0; jr < nc; jr += NR) {
+                int nr = nc - jr < NR ? nc - jr : NR;
+                uint32_t *dst = bp + (int64_t)jr * kpn + kp * NR;
+                for (int h = 0; h < 2; h++) {
+                    __mmask16 m = low_mask(nr - 16 * h);
+                    __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, s0 + jr + 16 * h));
+                    __m512i hi = has1 ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, s0 + ldb + jr + 16 * h))
+                                      : _mm512_setzero_si512();
+                    _mm512_store_si512(dst + 16 * h, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+                }
+            }
+        }
+        return;
+    }
+    /* B is (n, k): each column of op(B) holds its pairs contiguously */
+    for (int jr = 0; jr < nc; jr += NR) {
+        int nr = nc - jr < NR ? nc - jr : NR;
+        uint32_t *dst = bp + (int64_t)jr * kpn;
+        for (int h = 0; h < 2; h++)
+            pack_pairs_contiguous(b + (j0 + jr + 16 * h) * ldb + p0, ldb, nr - 16 * h, kc, dst, NR, 16 * h);
+    }
+}
+
+/* ---- micro-kernel and blocking ---------------------------------------------------------------- */
+
+/* acc = ap (kpn x MR pairs)^T * bp (kpn x NR pairs); then C[0:mr, 0:nr] = alpha*acc +
+ * (accumulate ? C : beta*C) (beta == 0 and !accumulate: C is not read). */
+BF16_TARGET static void micro_kernel(int kpn, const uint32_t *ap, const uint32_t *bp, float *c, int64_t ldc, int mr,
+                                     int nr, float alpha, float beta, int accumulate) {
+    __m512 acc[MR][2];
+    for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int kp = 0; kp < kpn; kp++) {
+        __m512bh b0 = (__m512bh)_mm512_load_si512(bp + kp * NR), b1 = (__m512bh)_mm512_load_si512(bp + kp * NR + 16);
+        const uint32_t *a = ap + kp * MR;
+#pragma GCC unroll 14
+        for (int r = 0; r < MR; r++) {
+            __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[r]);
+            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
+            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+        }
+    }
+    __mmask16 m0 = low_mask(nr), m1 = low_mask(nr - 16);
+    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    for (int r = 0; r < mr; r++) {
+        float *cr = c + r * ldc;
+        __m512 y0 = _mm512_mul_ps(va, acc[r][0]), y1 = _mm512_mul_ps(va, acc[r][1]);
+        if (accumulate) {
+            y0 = _mm512_add_ps(y0, _mm512_maskz_loadu_ps(m0, cr));
+            y1 = _mm512_add_ps(y1, _mm512_maskz_loadu_ps(m1, cr + 16));
+        } else if (beta != 0.0f) {
+            y0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), y0);
+            y1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), y1);
+        }
+        _mm512_mask_storeu_ps(cr, m0, y0);
+        _mm512_mask_storeu_ps(cr + 16, m1, y1);
+    }
+}
+
+/* One thread's share: rows [i_begin, i_end) x columns [j_begin, j_end) of C. */
+static void gemm_block(int trans_a, int trans_b, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end,
+                       int64_t k, float alpha, const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
+                       float beta, float *c, int64_t ldc, pack_bufs *bufs) {
+    /* k blocks of equal, even size (so every block but the last starts and ends on a pair) */
+    const int64_t kblocks = (k + 2 * KCP - 1) / (2 * KCP);
+    int64_t kstep = (k + kblocks - 1) / kblocks;
+    kstep += kstep & 1;
+    for (int64_t j0 = j_begin; j0 < j_end; j0 += NC) {
+        int nc = (int)(j_end - j0 < NC ? j_end - j0 : NC);
+        for (int64_t p0 = 0; p0 < k; p0 += kstep) {
+            int kc = (int)(k - p0 < kstep ? k - p0 : kstep), kpn = (kc + 1) / 2;
+            pack_b(trans_b, b, ldb, p0, j0, kc, nc, bufs->bp);
+            for (int64_t i0 = i_begin; i0 < i_end; i0 += MC) {
+                int mc = (int)(i_end - i0 < MC ? i_end - i0 : MC);
+                pack_a(trans_a, a, lda, i0, p0, mc, kc, bufs->ap);
+                for (int jr = 0; jr < nc; jr += NR) {
+                    int nr = nc - jr < NR ? nc - jr : NR;
+                    for (int ir = 0; ir < mc; ir += MR) {
+                        int mr = mc - ir < MR ? mc - ir : MR;
+                        micro_kernel(kpn, bufs->ap + (int64_t)ir * kpn, bufs->bp + (int64_t)jr * kpn,
+                                     c + (i0 + ir) * ldc + j0 + jr, ldc, mr, nr, alpha, beta, p0 > 0);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* The AVX512_BF16 kernel; m, n, k > 0. Returns 0 without touching C on out-of-memory. */
+static int gemm_bf16_avx512(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                            const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
+                            int64_t ldc) {
+    int nthreads = 1;
+#ifdef _OPENMP
+    if (omp_get_level() == 0) nthreads = omp_get_max_threads();
+#endif
+    if ((double)m * (double)n * (double)k < 2e6) nthreads = 1;
+    int64_t col_units = (n + NR - 1) / NR, row_units = (m + MR - 1) / MR;
+    int split_cols = col_units >= (int64_t)nthreads * 2 || col_units >= row_units;
+    int64_t units = split_cols ? col_units : row_units;
+    if (units < nthreads) nthreads = (int)units;
+    if (nthreads <= 1) {
+        pack_bufs *bufs = acquire_bufs();
+        if (!bufs) return 0;
+        gemm_block(trans_a, trans_b, 0, m, 0, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bufs);
+        release_bufs(bufs);
+        return 1;
+    }
+    enum { MAX_TEAM = 64 };
+    pack_bufs *team[MAX_TEAM];
+    if (nthreads > MAX_TEAM) nthreads = MAX_TEAM;
+    for (int t = 0; t < nthreads; t++) {
+        team[t] = acquire_bufs();
+        if (!team[t]) {
+            while (t-- > 0) release_bufs(team[t]);
+            return 0;
+        }
+    }
+#pragma omp parallel num_threads(nthreads)
+    {
+        int t = 0, nt = 1;
+#ifdef _OPENMP
+        t = omp_get_thread_num();
+        nt = omp_get_num_threads();
+#endif
+        int64_t u0 = units * t / nt, u1 = units * (t + 1) / nt;
+        if (u1 > u0) {
+            if (split_cols) {
+                int64_t j0 = u0 * NR, j1 = u1 * NR < n ? u1 * NR : n;
+                gemm_block(trans_a, trans_b, 0, m, j0, j1, k, alpha, a, lda, b, ldb, beta, c, ldc, team[t]);
+            } else {
+                int64_t i0 = u0 * MR, i1 = u1 * MR < m ? u1 * MR : m;
+                gemm_block(trans_a, trans_b, i0, i1, 0, n, k, alpha, a, lda, b, ldb, beta, c, ldc, team[t]);
+            }
+        }
+    }
+    for (int t = 0; t < nthreads; t++) release_bufs(team[t]);
+    return 1;
+}
+
+/* ---- the portable path and the dispatcher ----------------------------------------------------- */
+
+/* Widens rows x cols of src (stride ld) to a fresh f32 copy with the same stride (NULL on OOM). */
+static float *widen(const uint16_t *src, int64_t rows, int64_t cols, int64_t ld, int is_f16) {
+    int64_t n = rows > 0 ? (rows - 1) * ld + cols : 0;
+    float *dst = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    if (!dst) return NULL;
+    for (int64_t i = 0; i < n; i++) dst[i] = is_f16 ? mr_f16_to_f32(src[i]) : mr_bf16_to_f32(src[i]);
+    return dst;
+}
+
+mr_status mr_cpu_gemm_half_via_f32(int is_f16, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                                   float alpha, const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
+                                   float beta, float *c, int64_t ldc) {
+    if (m <= 0 || n <= 0) return MR_OK;
+    float *af = widen(a, trans_a ? k : m, trans_a ? m : k, lda, is_f16);
+    float *bf = widen(b, trans_b ? n : k, trans_b ? k : n, ldb, is_f16);
+    if (!af || !bf) {
+        free(af);
+        free(bf);
+        return mr_set_error(MR_ERR_NOMEM, "gemm: out of memory widening %s inputs (%lld x %lld x %lld) to f32",
+                            is_f16 ? "f16" : "bf16", (long long)m, (long long)n, (long long)k);
+    }
+    mr_cpu_sgemm(trans_a, trans_b, m, n, k, alpha, af, lda, bf, ldb, beta, c, ldc);
+    free(af);
+    free(bf);
+    return MR_OK;
+}
+
+static int g_use_kernel;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void choose(void) {
+    const mr_cpu_caps *k = mr_cpu_caps_get();
+    const char *force = getenv("MIRROR_GEMM_BF16");
+    g_use_kernel = k->avx512_bf16 && k->avx512bw && k->avx512vl && !(force && !strcmp(force, "fallback"));
+}
+
+const char *mr_cpu_gemm_bf16_provider(void) {
+    pthread_once(&g_once, choose);
+    return g_use_kernel ? "mirror avx512_bf16 14x32 vdpbf16ps kernel" : "bf16 widened to f32, then the f32 GEMM";
+}
+
+mr_status mr_cpu_gemm_bf16(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
+                           int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    pthread_once(&g_once, choose);
+    if (m <= 0 || n <= 0) return MR_OK;
+    if (k <= 0) {
+        /* C = beta*C; beta == 0 overwrites (NaN garbage in C does not survive) */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+        return MR_OK;
+    }
+    if (g_use_kernel && gemm_bf16_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return MR_OK;
+    return mr_cpu_gemm_half_via_f32(0, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}

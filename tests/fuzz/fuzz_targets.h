@@ -1,0 +1,245 @@
+/* The bodies of mirror's fuzz targets, shared by the libFuzzer entry points (tests/fuzz/fuzz_*.c,
+ * built with clang by tests/fuzz/run.sh) and the corpus replay test (tests/unit/test_fuzz_corpus.c,
+ * built by CMake, run by CTest under ASan in tests/run.sh). Each mr_fuzz_<target>(data, size) runs
+ * one untrusted input through a whole reader: open, iterate every element, free. The contract it
+ * checks: the reader either succeeds or returns a known MR_ERR_* with a non-empty mr_last_error();
+ * anything else (a crash, a leak, UB, an unknown status, an empty message) aborts, which both
+ * libFuzzer and CMocka report as a failure with the input that caused it.
+ *
+ * Inputs that need a file are written to one temporary file per process (mkstemp under $TMPDIR or
+ * /tmp), rewritten for every input and removed at exit.
+ *
+ *   idx:    the bytes are an IDX file (gzipped when they start with 1f 8b): read as images alone,
+ *           labels alone, and images + labels from the same file.
+ *   tokens: the bytes are a token file: u16 and u32, raw and with an llm.c header, context 1 and
+ *           3, one variant through shuffle + batch with a partial last batch.
+ *   text:   the bytes are a text file: BYTES and CHARS modes, context 1 and 4, plus the vocabulary.
+ *   config: the bytes (up to the first NUL) are experiment YAML: parse; on success to_yaml, parse
+ *           again, hash, and expand a sweep when it has at most MR_FUZZ_MAX_TRIALS trials. */
+#ifndef MR_TESTS_FUZZ_TARGETS_H
+#define MR_TESTS_FUZZ_TARGETS_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/status.h"
+#include "data/data.h"
+#include "launch/config.h"
+
+/* Elements iterated per dataset at most: an IDX images file may declare 2^31 images of a zero-size
+ * dim with no data bytes at all, which the reader accepts (see tests/fuzz/README.md); iterating
+ * those would turn every such input into a timeout. */
+#define MR_FUZZ_MAX_ELEMS 4096
+/* Sweeps with more trials than this are parsed but not expanded (each trial is a full
+ * mr_experiment, ~50 KB; 100000 of them would be an out-of-memory, not a bug). */
+#define MR_FUZZ_MAX_TRIALS 64
+
+/* Aborts unless st is MR_OK or a known error code with a message. */
+static void mr_fuzz_check(mr_status st, const char *what) {
+    if (st == MR_OK) return;
+    const char *msg = mr_last_error();
+    if (st < MR_ERR_INTERNAL || st > MR_ERR_INVALID || st == MR_ERR_INTERNAL || !msg || !msg[0]) {
+        fprintf(stderr, "mr_fuzz: %s: status %d (%s) with message \"%s\"\n", what, (int)st, mr_status_name(st),
+                msg ? msg : "(null)");
+        abort();
+    }
+}
+
+static char mr_fuzz_path_buf[256];
+
+static void mr_fuzz_unlink(void) {
+    if (mr_fuzz_path_buf[0]) unlink(mr_fuzz_path_buf);
+}
+
+/* Writes the input to this process's temporary file and returns its path. */
+static const char *mr_fuzz_write(const uint8_t *data, size_t size) {
+    if (!mr_fuzz_path_buf[0]) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(mr_fuzz_path_buf, sizeof mr_fuzz_path_buf, "%s/mr_fuzz_XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+        int fd = mkstemp(mr_fuzz_path_buf);
+        if (fd < 0) {
+            perror("mr_fuzz: mkstemp");
+            abort();
+        }
+        close(fd);
+        atexit(mr_fuzz_unlink);
+    }
+    FILE *f = fopen(mr_fuzz_path_buf, "wb");
+    if (!f || (size && fwrite(data, 1, size, f) != size) || fclose(f) != 0) {
+        perror("mr_fuzz: writing the input");
+        abort();
+    }
+    return mr_fuzz_path_buf;
+}
+
+/* Iterates ds (consumed: freed here) through every element (up to MR_FUZZ_MAX_ELEMS), touching
+ * every byte of every component so ASan sees reads past a buffer. */
+static void mr_fuzz_drain(mr_dataset *ds, const char *what) {
+    mr_data_iter *it = NULL;
+    mr_status st = mr_data_iter_new(ds, &it);
+    mr_fuzz_check(st, what);
+    if (st == MR_OK) {
+        volatile unsigned char sink = 0;
+        for (int64_t k = 0; k < MR_FUZZ_MAX_ELEMS; k++) {
+            mr_data_elem e;
+            int end = 0;
+            st = mr_data_iter_next(it, &e, &end);
+            mr_fuzz_check(st, what);
+            if (st != MR_OK || end) break;
+            for (int c = 0; c < e.n; c++) {
+                size_t bytes = (size_t)mr_shape_numel(&e.shape[c]) * mr_dtype_size(e.dtype[c]);
+                const unsigned char *p = e.data[c];
+                for (size_t b = 0; b < bytes; b++) sink ^= p[b];
+            }
+        }
+        (void)sink;
+    }
+    mr_data_iter_free(it);
+    mr_data_free(ds);
+}
+
+static int mr_fuzz_idx(const uint8_t *data, size_t size) {
+    const char *path = mr_fuzz_write(data, size);
+    const char *pairs[3][2] = {{path, NULL}, {NULL, path}, {path, path}};
+    for (int k = 0; k < 3; k++) {
+        mr_dataset *ds = NULL;
+        mr_status st = mr_data_from_idx(pairs[k][0], pairs[k][1], &ds);
+        mr_fuzz_check(st, "mr_data_from_idx");
+        if (st == MR_OK) mr_fuzz_drain(ds, "idx iteration");
+        else if (ds) abort(); /* the contract: *out is NULL on error */
+    }
+    return 0;
+}
+
+static int mr_fuzz_tokens(const uint8_t *data, size_t size) {
+    const char *path = mr_fuzz_write(data, size);
+    for (int v = 0; v < 8; v++) {
+        int tb = (v & 1) ? 4 : 2;
+        mr_data_token_header h = (v & 2) ? MR_DATA_TOKENS_LLMC : MR_DATA_TOKENS_RAW;
+        int64_t context = (v & 4) ? 3 : 1;
+        mr_dataset *ds = NULL;
+        mr_status st = mr_data_from_tokens(path, tb, context, h, &ds);
+        mr_fuzz_check(st, "mr_data_from_tokens");
+        if (st != MR_OK) {
+            if (ds) abort();
+            continue;
+        }
+        if (v == 4 || v == 7) { /* one raw and one llm.c variant through shuffle + batch */
+            mr_dataset *sh = NULL, *b = NULL;
+            st = mr_data_shuffle(ds, 5, 1234, 1, &sh);
+            mr_fuzz_check(st, "mr_data_shuffle");
+            mr_data_free(ds);
+            ds = NULL;
+            if (st == MR_OK) {
+                st = mr_data_batch(sh, 3, 0, &b);
+                mr_fuzz_check(st, "mr_data_batch");
+                mr_data_free(sh);
+                if (st == MR_OK) ds = b;
+            }
+            if (!ds) continue;
+        }
+        mr_fuzz_drain(ds, "tokens iteration");
+    }
+    return 0;
+}
+
+static int mr_fuzz_text(const uint8_t *data, size_t size) {
+    const char *path = mr_fuzz_write(data, size);
+    for (int v = 0; v < 4; v++) {
+        mr_data_text_mode mode = (v & 1) ? MR_DATA_TEXT_CHARS : MR_DATA_TEXT_BYTES;
+        int64_t context = (v & 2) ? 4 : 1;
+        mr_dataset *ds = NULL;
+        mr_status st = mr_data_from_text(path, context, mode, &ds);
+        mr_fuzz_check(st, "mr_data_from_text");
+        if (st != MR_OK) {
+            if (ds) abort();
+            continue;
+        }
+        const int32_t *vocab = NULL;
+        int64_t nv = 0;
+        st = mr_data_text_vocab(ds, &vocab, &nv);
+        mr_fuzz_check(st, "mr_data_text_vocab");
+        if (st == MR_OK) {
+            /* every token is a valid vocabulary index and the vocabulary is strictly ascending */
+            if (nv < 1 || nv > 0x110000) abort();
+            for (int64_t i = 1; i < nv; i++)
+                if (vocab[i - 1] >= vocab[i]) abort();
+        }
+        mr_data_iter *it = NULL;
+        st = mr_data_iter_new(ds, &it);
+        mr_fuzz_check(st, "text iteration");
+        for (int64_t k = 0; st == MR_OK && k < MR_FUZZ_MAX_ELEMS; k++) {
+            mr_data_elem e;
+            int end = 0;
+            st = mr_data_iter_next(it, &e, &end);
+            mr_fuzz_check(st, "text iteration");
+            if (st != MR_OK || end) break;
+            for (int c = 0; c < e.n; c++) {
+                const int32_t *t = e.data[c];
+                for (int64_t i = 0; i < mr_shape_numel(&e.shape[c]); i++)
+                    if (t[i] < 0 || t[i] >= nv) abort();
+            }
+        }
+        mr_data_iter_free(it);
+        mr_data_free(ds);
+    }
+    return 0;
+}
+
+/* Number of trials mr_sweep_expand would make, saturating at MR_FUZZ_MAX_TRIALS + 1. */
+static int64_t mr_fuzz_trials(const mr_experiment *e) {
+    if (e->sweep.method == MR_SWEEP_RANDOM) return e->sweep.trials;
+    int64_t n = 1;
+    for (int p = 0; p < e->sweep.n_params && p < MR_SWEEP_MAX_PARAMS; p++) {
+        int64_t v = e->sweep.params[p].n_values > 0 ? e->sweep.params[p].n_values : 1;
+        n *= v;
+        if (n > MR_FUZZ_MAX_TRIALS) return MR_FUZZ_MAX_TRIALS + 1;
+    }
+    return n;
+}
+
+static int mr_fuzz_config(const uint8_t *data, size_t size) {
+    char *text = malloc(size + 1);
+    if (!text) abort();
+    memcpy(text, data, size);
+    text[size] = 0;
+    mr_experiment e = mr_experiment_default();
+    mr_status st = mr_experiment_parse(text, "fuzz.yaml", &e);
+    mr_fuzz_check(st, "mr_experiment_parse");
+    free(text);
+    if (st != MR_OK) {
+        if (e.yaml_text) abort(); /* the contract: on error *out is the defaults */
+        mr_experiment_deinit(&e);
+        return 0;
+    }
+    char *yaml = NULL;
+    st = mr_experiment_to_yaml(&e, &yaml);
+    mr_fuzz_check(st, "mr_experiment_to_yaml");
+    if (st == MR_OK) {
+        /* the resolved config must parse back; its hash must be computable */
+        mr_experiment e2 = mr_experiment_default();
+        st = mr_experiment_parse(yaml, "resolved.yaml", &e2);
+        if (st != MR_OK) {
+            fprintf(stderr, "mr_fuzz: to_yaml output does not parse back: %s\n--- yaml ---\n%s\n", mr_last_error(), yaml);
+            abort();
+        }
+        mr_experiment_deinit(&e2);
+        free(yaml);
+    }
+    uint64_t h = 0;
+    mr_fuzz_check(mr_experiment_hash(&e, &h), "mr_experiment_hash");
+    if (e.sweep.method != MR_SWEEP_NONE && mr_fuzz_trials(&e) <= MR_FUZZ_MAX_TRIALS) {
+        mr_experiment *trials = NULL;
+        int n = 0;
+        st = mr_sweep_expand(&e, &trials, &n);
+        mr_fuzz_check(st, "mr_sweep_expand");
+        if (st == MR_OK) mr_sweep_free(trials, n);
+    }
+    mr_experiment_deinit(&e);
+    return 0;
+}
+
+#endif

@@ -1,0 +1,239 @@
+/* Mixed-precision GEMM on the CPU: bf16 (and f16) inputs, f32 C. The op (the AVX512_BF16 kernel
+ * where the CPU has it) and the portable widen-to-f32 path against the f64 reference on the same
+ * bf16-rounded inputs: transposes, batching, shared B, alpha/beta, odd sizes (odd K pads a pair),
+ * k = 0; 1 vs 2 threads bit-identical; the dtype rule's errors. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "harness.h"
+#include "core/cpu/cpu_impl.h"
+#include "core/math/half_math.h"
+
+typedef struct {
+    int64_t batch, m, n, k;
+    int ta, tb, shared_b;
+    double alpha, beta;
+} gemm_case;
+
+static double g_max_abs, g_max_rel, g_max_abs_per_k;
+
+static mr_shape mat(int64_t batch, int64_t r, int64_t c, int batched) {
+    return batched ? mr_shape_3d(batch, r, c) : mr_shape_2d(r, c);
+}
+
+/* The absolute tolerance of a K-term f32 accumulation of exact products of values in [-1,1):
+ * grows with K (see TOL_BF16_GEMM_ATOL_PER_K). */
+static double atol_for(int64_t k) { return TOL_BF16_GEMM_ATOL + TOL_BF16_GEMM_ATOL_PER_K * (double)k; }
+
+/* Random values in [-1,1) rounded to dt (bf16 or f16) into h, with their exact f64 copies in d. */
+static void fill_half(mr_dtype dt, uint16_t *h, double *d, int64_t n, uint64_t seed) {
+    th_fill_uniform_f64(d, n, -1.0, 1.0, seed);
+    for (int64_t i = 0; i < n; i++) {
+        h[i] = dt == MR_BF16 ? mr_f32_to_bf16((float)d[i]) : mr_f32_to_f16((float)d[i]);
+        d[i] = dt == MR_BF16 ? mr_bf16_to_f32(h[i]) : mr_f16_to_f32(h[i]);
+    }
+}
+
+/* Records the largest errors of x against ref (for the summary and tolerances.h). */
+static void track(const float *x, const double *ref, int64_t n, int64_t k) {
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)x[i] - ref[i]);
+        if (e > g_max_abs) g_max_abs = e;
+        if (k > 0 && e / (double)k > g_max_abs_per_k) g_max_abs_per_k = e / (double)k;
+        if (fabs(ref[i]) > 1e-2 && e / fabs(ref[i]) > g_max_rel) g_max_rel = e / fabs(ref[i]);
+    }
+}
+
+/* Runs one case through the op in dt (bf16 or f16 inputs, f32 C) or, with via_f32, straight
+ * through the portable path, and compares with the reference on the same rounded inputs. */
+static void run_case(mr_dtype dt, const gemm_case *c, uint64_t seed, int via_f32) {
+    int batched = c->batch > 1;
+    mr_shape sa = c->ta ? mat(c->batch, c->k, c->m, batched) : mat(c->batch, c->m, c->k, batched);
+    mr_shape sb = c->tb ? mat(c->batch, c->n, c->k, batched && !c->shared_b)
+                        : mat(c->batch, c->k, c->n, batched && !c->shared_b);
+    mr_shape sc = mat(c->batch, c->m, c->n, batched);
+    int64_t na = mr_shape_numel(&sa), nb = mr_shape_numel(&sb), nc = mr_shape_numel(&sc);
+    mr_op_args g, r;
+    mr_op_args_init(&g, MR_OP_GEMM);
+    g.p.gemm = (mr_gemm_params){c->ta, c->tb, c->alpha, c->beta};
+    r = g;
+    g.in[0] = th_view(dt, sa);
+    g.in[1] = th_view(dt, sb);
+    g.out[0] = th_view(MR_F32, sc);
+    r.in[0] = th_view(MR_F64, sa);
+    r.in[1] = th_view(MR_F64, sb);
+    r.out[0] = th_view(MR_F64, sc);
+    fill_half(dt, g.in[0].data, r.in[0].data, na, seed);
+    fill_half(dt, g.in[1].data, r.in[1].data, nb, seed + 1);
+    float *cf = g.out[0].data;
+    double *cd = r.out[0].data;
+    th_fill_uniform_f32(cf, nc, -1.0f, 1.0f, seed + 2);
+    if (c->beta == 0.0)
+        for (int64_t i = 0; i < nc; i++) cf[i] = NAN; /* beta 0 must not read C */
+    th_f32_to_f64(cf, cd, nc);
+    if (via_f32) {
+        assert_false(batched);
+        MR_ASSERT_OK(mr_cpu_gemm_half_via_f32(dt == MR_F16, c->ta, c->tb, c->m, c->n, c->k, (float)c->alpha,
+                                              g.in[0].data, c->ta ? c->m : c->k, g.in[1].data, c->tb ? c->k : c->n,
+                                              (float)c->beta, cf, c->n));
+    } else {
+        MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &g));
+    }
+    MR_ASSERT_OK(mr_op_run_ref(&r));
+    char what[200];
+    snprintf(what, sizeof what, "%s gemm%s b%lld m%lld n%lld k%lld ta%d tb%d shared%d a%g b%g", mr_dtype_name(dt),
+             via_f32 ? " via f32" : "", (long long)c->batch, (long long)c->m, (long long)c->n, (long long)c->k, c->ta,
+             c->tb, c->shared_b, c->alpha, c->beta);
+    track(cf, cd, nc, c->k);
+    assert_true(th_compare(what, cf, MR_F32, cd, nc, atol_for(c->k), TOL_BF16_GEMM_RTOL, TOL_BF16_GEMM_NMSE));
+}
+
+static const gemm_case g_cases[] = {
+    {1, 1, 1, 1, 0, 0, 0, 1.0, 0.0},        {1, 7, 5, 3, 0, 0, 0, 1.0, 0.0},
+    {1, 33, 17, 65, 1, 0, 0, 0.5, 0.0},     {1, 33, 17, 65, 0, 1, 0, 1.0, 1.0},
+    {1, 33, 17, 65, 1, 1, 0, -2.0, 0.5},    {1, 15, 47, 2, 0, 0, 0, 1.0, 0.0},
+    {1, 29, 33, 31, 0, 0, 0, 1.0, 0.0},     {1, 256, 128, 784, 0, 1, 0, 1.0, 0.0},
+    {1, 45, 70, 513, 1, 0, 0, 1.0, 0.0},    {1, 40, 90, 1025, 0, 0, 0, 0.25, -1.0},
+    {3, 9, 11, 13, 0, 0, 0, 1.0, 0.0},      {3, 9, 11, 13, 1, 1, 0, 1.0, 0.25},
+    {4, 16, 8, 32, 0, 1, 1, 1.0, 0.0},      {4, 16, 8, 33, 1, 0, 1, 1.0, 1.0},
+    {2, 19, 23, 31, 0, 0, 1, -1.5, 2.0},    {2, 64, 64, 4096, 0, 0, 0, 1.0, 0.0},
+    {1, 300, 200, 100, 1, 1, 0, 1.0, 0.0},  {1, 129, 257, 0, 0, 0, 0, 1.0, 0.5},
+};
+
+static void test_bf16_gemm_vs_ref(void **state) {
+    (void)state;
+    g_max_abs = g_max_rel = g_max_abs_per_k = 0;
+    for (size_t i = 0; i < sizeof g_cases / sizeof *g_cases; i++) {
+        run_case(MR_BF16, &g_cases[i], 200 + 10 * i, 0);
+        th_free_all();
+    }
+    /* every transpose on a shape with edge tiles in m, n and an odd k */
+    for (int t = 0; t < 4; t++) {
+        gemm_case c = {1, 47, 61, 99, t & 1, t >> 1, 0, 0.7, 0.3};
+        run_case(MR_BF16, &c, 900 + (uint64_t)t, 0);
+        th_free_all();
+    }
+    fprintf(stderr, "bf16 gemm (%s): max abs err %.3g, max rel err %.3g (|ref| > 1e-2), max abs err / K %.3g\n",
+            mr_cpu_gemm_bf16_provider(), g_max_abs, g_max_rel, g_max_abs_per_k);
+}
+
+/* The portable path (what a CPU without AVX512_BF16 runs), called directly, and f16 through the op
+ * (always the portable path). */
+static void test_bf16_gemm_fallback(void **state) {
+    (void)state;
+    g_max_abs = g_max_rel = g_max_abs_per_k = 0;
+    for (size_t i = 0; i < sizeof g_cases / sizeof *g_cases; i++) {
+        if (g_cases[i].batch > 1) continue;
+        run_case(MR_BF16, &g_cases[i], 300 + 10 * i, 1);
+        run_case(MR_F16, &g_cases[i], 400 + 10 * i, 1);
+        th_free_all();
+    }
+    for (size_t i = 0; i < sizeof g_cases / sizeof *g_cases; i++) {
+        run_case(MR_F16, &g_cases[i], 500 + 10 * i, 0);
+        th_free_all();
+    }
+    fprintf(stderr, "bf16/f16 gemm via f32: max abs err %.3g, max rel err %.3g, max abs err / K %.3g\n", g_max_abs,
+            g_max_rel, g_max_abs_per_k);
+}
+
+/* The reference reads bf16 inputs itself (exactly) and rounds an f32 C once: it must equal the f64
+ * reference on the widened copies, rounded to f32. */
+static void test_bf16_gemm_ref_reads_bf16(void **state) {
+    (void)state;
+    const int64_t M = 9, N = 12, K = 17;
+    mr_op_args g, r;
+    mr_op_args_init(&g, MR_OP_GEMM);
+    g.p.gemm = (mr_gemm_params){0, 1, 1.0, 0.0};
+    r = g;
+    g.in[0] = th_view(MR_BF16, mr_shape_2d(M, K));
+    g.in[1] = th_view(MR_BF16, mr_shape_2d(N, K));
+    g.out[0] = th_view(MR_F32, mr_shape_2d(M, N));
+    r.in[0] = th_view(MR_F64, mr_shape_2d(M, K));
+    r.in[1] = th_view(MR_F64, mr_shape_2d(N, K));
+    r.out[0] = th_view(MR_F64, mr_shape_2d(M, N));
+    fill_half(MR_BF16, g.in[0].data, r.in[0].data, M * K, 1);
+    fill_half(MR_BF16, g.in[1].data, r.in[1].data, N * K, 2);
+    MR_ASSERT_OK(mr_op_run_ref(&g));
+    MR_ASSERT_OK(mr_op_run_ref(&r));
+    const float *x = g.out[0].data;
+    const double *y = r.out[0].data;
+    for (int64_t i = 0; i < M * N; i++) assert_true(x[i] == (float)y[i]);
+    th_free_all();
+}
+
+/* 1 and 2 threads give the same bits (the kernel splits C by columns, or rows when n is small;
+ * batched small GEMMs are shared out whole). */
+static void test_bf16_gemm_thread_invariant(void **state) {
+    (void)state;
+    const int64_t shapes[][4] = {{1, 256, 1024, 784}, {1, 1000, 30, 501}, {1, 37, 2000, 65}, {8, 64, 64, 64}};
+    for (int s = 0; s < 4; s++) {
+        for (int t = 0; t < 4; t++) {
+            int ta = t & 1, tb = t >> 1;
+            int64_t bt = shapes[s][0], m = shapes[s][1], n = shapes[s][2], k = shapes[s][3];
+            mr_op_args a;
+            mr_op_args_init(&a, MR_OP_GEMM);
+            a.p.gemm = (mr_gemm_params){ta, tb, 1.0, 0.0};
+            a.in[0] = th_view(MR_BF16, ta ? mat(bt, k, m, bt > 1) : mat(bt, m, k, bt > 1));
+            a.in[1] = th_view(MR_BF16, tb ? mat(bt, n, k, bt > 1) : mat(bt, k, n, bt > 1));
+            a.out[0] = th_view(MR_F32, mat(bt, m, n, bt > 1));
+            double *tmp = th_alloc(sizeof(double) * (size_t)(bt * (m > n ? m : n) * k));
+            fill_half(MR_BF16, a.in[0].data, tmp, bt * m * k, 31 + (uint64_t)s);
+            fill_half(MR_BF16, a.in[1].data, tmp, bt * n * k, 41 + (uint64_t)s);
+            th_check_thread_invariant(&a);
+            th_free_all();
+        }
+    }
+}
+
+static void expect_invalid(mr_op_args *a, const char *needle) {
+    assert_int_equal(mr_op_run(MR_DEVICE_CPU, a), MR_ERR_INVALID);
+    assert_non_null(strstr(mr_last_error(), "gemm"));
+    if (needle) assert_non_null(strstr(mr_last_error(), needle));
+}
+
+static void test_bf16_gemm_errors(void **state) {
+    (void)state;
+    mr_op_args a;
+    mr_op_args_init(&a, MR_OP_GEMM);
+    a.p.gemm.alpha = 1.0;
+    a.in[0] = th_view(MR_BF16, mr_shape_2d(3, 4));
+    a.in[1] = th_view(MR_F32, mr_shape_2d(4, 6)); /* mixed bf16/f32 inputs */
+    a.out[0] = th_view(MR_F32, mr_shape_2d(3, 6));
+    expect_invalid(&a, "bf16");
+    a.in[0] = th_view(MR_F32, mr_shape_2d(3, 4));
+    a.in[1] = th_view(MR_BF16, mr_shape_2d(4, 6));
+    expect_invalid(&a, "bf16");
+    a.in[0] = th_view(MR_BF16, mr_shape_2d(3, 4));
+    a.out[0] = th_view(MR_F64, mr_shape_2d(3, 6)); /* C must be f32 */
+    expect_invalid(&a, "f64");
+    a.in[1] = th_view(MR_F16, mr_shape_2d(4, 6)); /* bf16 with f16 */
+    a.out[0] = th_view(MR_F32, mr_shape_2d(3, 6));
+    expect_invalid(&a, "f16");
+    a.in[1] = th_view(MR_BF16, mr_shape_2d(4, 6));
+    a.out[0] = th_view(MR_BF16, mr_shape_2d(3, 6)); /* a bf16 C is the CUDA kernel's, not the CPU's */
+    expect_invalid(&a, "f32 C");
+    a.out[0] = th_view(MR_F32, mr_shape_2d(3, 5)); /* shapes still checked */
+    expect_invalid(&a, "[3, 5]");
+    th_free_all();
+}
+
+static void test_bf16_gemm_provider(void **state) {
+    (void)state;
+    const mr_cpu_caps *k = mr_cpu_caps_get();
+    const char *p = mr_cpu_gemm_bf16_provider();
+    fprintf(stderr, "bf16 gemm: %s (avx512_bf16: %d)\n", p, k->avx512_bf16);
+    /* a CPU with the instruction must use it unless the user forced the fallback */
+    const char *force = getenv("MIRROR_GEMM_BF16");
+    if (k->avx512_bf16 && k->avx512bw && k->avx512vl && !(force && !strcmp(force, "fallback")))
+        assert_non_null(strstr(p, "vdpbf16ps"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bf16_gemm_provider),        cmocka_unit_test(test_bf16_gemm_vs_ref),
+        cmocka_unit_test(test_bf16_gemm_fallback),        cmocka_unit_test(test_bf16_gemm_ref_reads_bf16),
+        cmocka_unit_test(test_bf16_gemm_thread_invariant), cmocka_unit_test(test_bf16_gemm_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
