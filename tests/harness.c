@@ -8,6 +8,31 @@
 
 #include "core/math/philox_math.h"
 
+static char g_tmpdir[64];
+
+int th_tmpdir_setup(void **state) {
+    (void)state;
+    strcpy(g_tmpdir, "/tmp/mirror_test_XXXXXX");
+    return mkdtemp(g_tmpdir) ? 0 : -1;
+}
+
+int th_tmpdir_teardown(void **state) {
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+const char *th_tmp_dir(void) { return g_tmpdir; }
+
+const char *th_tmp_path(const char *name) {
+    static char buf[4][160];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", g_tmpdir, name);
+    return buf[k];
+}
+
 int th_quick(void) {
 #if defined(__SANITIZE_ADDRESS__)
     return 1;

@@ -25,6 +25,14 @@
  * and MIRROR_TEST_QUICK=1, which tests/valgrind.sh sets): tests then check a documented subset. */
 int th_quick(void);
 
+/* A scratch directory for the test binary (mkdtemp under /tmp), as a cmocka group setup and
+ * teardown (the teardown removes it with everything in it), and "<scratch>/<name>" paths in
+ * rotating static buffers (each valid for the next 3 calls). */
+int th_tmpdir_setup(void **state);
+int th_tmpdir_teardown(void **state);
+const char *th_tmp_path(const char *name);
+const char *th_tmp_dir(void);
+
 /* Deterministic uniform values in [lo, hi) from Philox (seed, stream position). */
 void th_fill_uniform_f64(double *x, int64_t n, double lo, double hi, uint64_t seed);
 void th_fill_uniform_f32(float *x, int64_t n, float lo, float hi, uint64_t seed);

@@ -21,28 +21,7 @@
 
 #define FMNIST "/usr/share/datasets/fashion-mnist/"
 
-static char g_dir[64];
-
-static int setup(void **state) {
-    (void)state;
-    strcpy(g_dir, "/tmp/mr_h5_test_XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
-static const char *tpath(const char *name) {
-    static char buf[4][160];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
+#define tpath th_tmp_path
 
 static void expect_err(mr_status got, mr_status want, const char *n1, const char *n2) {
     if (got != want) fail_msg("got %s (%s), expected %s", mr_status_name(got), mr_last_error(), mr_status_name(want));
@@ -90,7 +69,7 @@ static void assert_same_shuffled(mr_dataset *a, mr_dataset *b, int64_t buffer, i
 }
 
 static int count_files(void) {
-    DIR *d = opendir(g_dir);
+    DIR *d = opendir(th_tmp_dir());
     int n = 0;
     struct dirent *e;
     while ((e = readdir(d)))
@@ -445,5 +424,5 @@ int main(void) {
         cmocka_unit_test(test_types),            cmocka_unit_test(test_errors),
         cmocka_unit_test(test_fashion_mnist_throughput),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);
 }

@@ -18,28 +18,7 @@
 
 #define FMNIST "/usr/share/datasets/fashion-mnist/"
 
-static char g_dir[64];
-
-static int setup(void **state) {
-    (void)state;
-    strcpy(g_dir, "/tmp/mr_data_test_XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
-static const char *tpath(const char *name) {
-    static char buf[4][160];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
+#define tpath th_tmp_path
 
 static void write_file(const char *path, const void *p, size_t n, int gz) {
     if (gz) {
@@ -558,5 +537,5 @@ int main(void) {
         cmocka_unit_test(test_tokens),         cmocka_unit_test(test_token_errors),
         cmocka_unit_test(test_bad_params),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);
 }

@@ -13,28 +13,7 @@
 #include "harness.h"
 #include "data/data.h"
 
-static char g_dir[64];
-
-static int setup(void **state) {
-    (void)state;
-    strcpy(g_dir, "/tmp/mr_text_test_XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
-static const char *tpath(const char *name) {
-    static char buf[4][160];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
+#define tpath th_tmp_path
 
 static void write_file(const char *path, const void *p, size_t n) {
     FILE *f = fopen(path, "wb");
@@ -419,5 +398,5 @@ int main(void) {
         cmocka_unit_test(test_text_errors), cmocka_unit_test(test_cache),
         cmocka_unit_test(test_interleave_order), cmocka_unit_test(test_resume),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);
 }
