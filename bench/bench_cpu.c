@@ -9,7 +9,8 @@
  *               the built-in fallback kernel once, for scale; next to OpenBLAS tuned by hand
  *               (OPENBLAS_CORETYPE=SkylakeX), loaded directly as a peer.
  *   bf16 GEMM   the GEMM op with bf16 inputs and an f32 C (mixed precision) next to the f32 GEMM
- *               at 1024^3, 2048^3 and the MLP shapes, and against the measured vdpbf16ps peak.
+ *               at 1024^3, 2048^3 and the MLP shapes, and against the measured vdpbf16ps peak;
+ *               with AMX the op runs the tile kernel and the vdpbf16ps kernel is timed beside it.
  *   ops         elementwise, reduction and normalisation ops in GB/s of compulsory traffic.
  * Usage: bench_cpu [--quick]. Prints a markdown table. Timings are medians of repeated runs. */
 #include <dlfcn.h>
@@ -140,8 +141,9 @@ static double bench_gemm(int64_t m, int64_t n, int64_t k, int tb, int builtin, i
     return 2.0 * (double)m * (double)n * (double)k / median(t, reps) / 1e9;
 }
 
-/* Median GFLOP/s of the GEMM op with bf16 A(M,K), op(B) and an f32 C (mixed precision). */
-static double bench_gemm_bf16(int64_t m, int64_t n, int64_t k, int tb, int reps) {
+/* Median GFLOP/s of the GEMM op with bf16 A(M,K), op(B) and an f32 C (mixed precision); with
+ * vdp, of the vdpbf16ps kernel called directly (0 where the CPU lacks it). */
+static double bench_gemm_bf16(int64_t m, int64_t n, int64_t k, int tb, int reps, int vdp) {
     uint16_t *A = aligned_alloc(64, (size_t)((m * k * 2 + 63) / 64 * 64));
     uint16_t *B = aligned_alloc(64, (size_t)((k * n * 2 + 63) / 64 * 64));
     float *C = rand_buf(m * n, 3);
@@ -157,7 +159,14 @@ static double bench_gemm_bf16(int64_t m, int64_t n, int64_t k, int tb, int reps)
     if (reps > 64) reps = 64;
     for (int r = -1; r < reps; r++) {
         double t0 = now_s();
-        if (mr_op_run(MR_DEVICE_CPU, &a) != MR_OK) {
+        if (vdp) {
+            if (!mr_cpu_gemm_bf16_vdpbf16ps(0, tb, m, n, k, 1.0f, A, k, B, tb ? k : n, 0.0f, C, n)) {
+                free(A);
+                free(B);
+                free(C);
+                return 0.0;
+            }
+        } else if (mr_op_run(MR_DEVICE_CPU, &a) != MR_OK) {
             fprintf(stderr, "bf16 gemm failed: %s\n", mr_last_error());
             exit(1);
         }
@@ -229,15 +238,18 @@ int main(int argc, char **argv) {
     double pbf = peak_bf16(threads);
     printf("- bf16 GEMM path: %s; measured vdpbf16ps peak: %.1f GFLOP/s on %d threads (%.2fx the fp32 FMA peak)\n\n",
            mr_cpu_gemm_bf16_provider(), pbf, threads, peak > 0 ? pbf / peak : 0.0);
-    printf("| GEMM (M x N x K, B^T?) | f32 GFLOP/s | bf16 GFLOP/s | bf16 / f32 | bf16 %% of bf16 peak |\n"
-           "|---|---:|---:|---:|---:|\n");
+    printf("| GEMM (M x N x K, B^T?) | f32 GFLOP/s | bf16 GFLOP/s | bf16 / f32 | bf16 %% of vdpbf16ps peak | "
+           "vdpbf16ps kernel GFLOP/s |\n"
+           "|---|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < ng; i++) {
         if (g[i].m == 4096 || g[i].k < 64) continue; /* 1024^3, 2048^3, the MLP shapes and the CNN's deep ones */
         int reps = g[i].m >= 2048 ? 5 : 15;
         double gf = bench_gemm(g[i].m, g[i].n, g[i].k, g[i].tb, 0, reps);
-        double gh = bench_gemm_bf16(g[i].m, g[i].n, g[i].k, g[i].tb, reps);
-        printf("| %lld x %lld x %lld%s (%s) | %.1f | %.1f | %.2f | %.0f%% |\n", (long long)g[i].m, (long long)g[i].n,
-               (long long)g[i].k, g[i].tb ? " B^T" : "", g[i].what, gf, gh, gh / gf, pbf > 0 ? 100.0 * gh / pbf : 0.0);
+        double gh = bench_gemm_bf16(g[i].m, g[i].n, g[i].k, g[i].tb, reps, 0);
+        double gv = bench_gemm_bf16(g[i].m, g[i].n, g[i].k, g[i].tb, reps, 1);
+        printf("| %lld x %lld x %lld%s (%s) | %.1f | %.1f | %.2f | %.0f%% | %.1f |\n", (long long)g[i].m,
+               (long long)g[i].n, (long long)g[i].k, g[i].tb ? " B^T" : "", g[i].what, gf, gh, gh / gf,
+               pbf > 0 ? 100.0 * gh / pbf : 0.0, gv);
     }
     printf("\n");
 

@@ -36,9 +36,10 @@ int mr_cpu_sgemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, int64_t 
 
 /* Mixed-precision GEMM (gemm_bf16_avx512.c): C (m,n) f32 = alpha * op(A) * op(B) + beta * C with
  * A and B bf16 (bits as uint16_t), products exact, sums in f32; row strides in elements.
- * On CPUs with AVX512_BF16 a vdpbf16ps kernel (thread-count invariant, like the f32 one); elsewhere,
- * or with MIRROR_GEMM_BF16=fallback in the environment at first use, the inputs are widened to f32
- * and mr_cpu_sgemm runs. beta == 0 does not read C. Called from inside an OpenMP parallel region it
+ * Where AMX-BF16 passes its probe an AMX tile kernel; else on CPUs with AVX512_BF16 a vdpbf16ps
+ * kernel (both thread-count invariant, like the f32 one); elsewhere, or with MIRROR_GEMM_BF16=fallback
+ * in the environment at first use, the inputs are widened to f32 and mr_cpu_sgemm runs
+ * (MIRROR_GEMM_BF16=avx512 skips AMX). beta == 0 does not read C. Called from inside an OpenMP parallel region it
  * runs on the calling thread only. Returns MR_OK, or MR_ERR_NOMEM (C untouched). Thread-safe. */
 mr_status mr_cpu_gemm_bf16(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
                            int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc);
@@ -49,6 +50,21 @@ mr_status mr_cpu_gemm_bf16(int trans_a, int trans_b, int64_t m, int64_t n, int64
 mr_status mr_cpu_gemm_half_via_f32(int is_f16, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                                    float alpha, const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
                                    float beta, float *c, int64_t ldc);
+
+/* The AMX-BF16 kernel (gemm_bf16_amx.c). mr_cpu_amx_bf16_usable probes once (CPUID/XCR0, the
+ * kernel's permission for the tile data, a small self-test under a SIGILL guard) and says whether
+ * AMX may be used. mr_cpu_gemm_bf16_amx has mr_cpu_gemm_bf16's contract with m, n, k > 0 and is
+ * thread-count invariant; it returns 0 without touching C when AMX is unusable or on
+ * out-of-memory, 1 when done. */
+int mr_cpu_amx_bf16_usable(void);
+int mr_cpu_gemm_bf16_amx(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
+                         int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc);
+
+/* The vdpbf16ps kernel alone (exposed for tests): returns 0 without touching C when the CPU lacks
+ * AVX512_BF16/BW/VL or on out-of-memory, 1 when done. m, n, k > 0. */
+int mr_cpu_gemm_bf16_vdpbf16ps(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                               const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
+                               int64_t ldc);
 
 /* Which bf16 path mr_cpu_gemm_bf16 takes on this machine, in words. Never NULL. */
 const char *mr_cpu_gemm_bf16_provider(void);

@@ -17,6 +17,8 @@
  *    of C is summed by one thread in one fixed k order, so results do not depend on the thread
  *    count. Inside an OpenMP parallel region it runs on the calling thread.
  *  - packing buffers come from a process-wide pool: no allocation in steady state.
+ * Where AMX-BF16 passes its probe (gemm_bf16_amx.c) mr_cpu_gemm_bf16 uses that kernel first;
+ * MIRROR_GEMM_BF16=avx512 keeps this one.
  * Elsewhere (no AVX512_BF16, MIRROR_GEMM_BF16=fallback, and f16 inputs always) the inputs are
  * widened exactly to f32 and mr_cpu_sgemm runs: correct, not fast. The two paths round the f32
  * accumulation differently (vdpbf16ps adds the pair's products in its own order and flushes
@@ -310,6 +312,14 @@ static int gemm_bf16_avx512(int trans_a, int trans_b, int64_t m, int64_t n, int6
     return 1;
 }
 
+int mr_cpu_gemm_bf16_vdpbf16ps(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                               const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
+                               int64_t ldc) {
+    const mr_cpu_caps *caps = mr_cpu_caps_get();
+    if (!caps->avx512_bf16 || !caps->avx512bw || !caps->avx512vl) return 0;
+    return gemm_bf16_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 /* ---- the portable path and the dispatcher ----------------------------------------------------- */
 
 /* Widens rows x cols of src (stride ld) to a fresh f32 copy with the same stride (NULL on OOM). */
@@ -339,18 +349,23 @@ mr_status mr_cpu_gemm_half_via_f32(int is_f16, int trans_a, int trans_b, int64_t
     return MR_OK;
 }
 
-static int g_use_kernel;
+static int g_use_kernel, g_use_amx;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
+/* MIRROR_GEMM_BF16=fallback forces the widen-to-f32 path, =avx512 the vdpbf16ps kernel (no AMX). */
 static void choose(void) {
     const mr_cpu_caps *k = mr_cpu_caps_get();
     const char *force = getenv("MIRROR_GEMM_BF16");
-    g_use_kernel = k->avx512_bf16 && k->avx512bw && k->avx512vl && !(force && !strcmp(force, "fallback"));
+    int fallback = force && !strcmp(force, "fallback"), avx512 = force && !strcmp(force, "avx512");
+    g_use_kernel = k->avx512_bf16 && k->avx512bw && k->avx512vl && !fallback;
+    g_use_amx = !fallback && !avx512 && mr_cpu_amx_bf16_usable();
 }
 
 const char *mr_cpu_gemm_bf16_provider(void) {
     pthread_once(&g_once, choose);
-    return g_use_kernel ? "mirror avx512_bf16 14x32 vdpbf16ps kernel" : "bf16 widened to f32, then the f32 GEMM";
+    return g_use_amx      ? "mirror amx 32x32 tdpbf16ps kernel"
+           : g_use_kernel ? "mirror avx512_bf16 14x32 vdpbf16ps kernel"
+                          : "bf16 widened to f32, then the f32 GEMM";
 }
 
 mr_status mr_cpu_gemm_bf16(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
@@ -363,6 +378,8 @@ mr_status mr_cpu_gemm_bf16(int trans_a, int trans_b, int64_t m, int64_t n, int64
             for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
         return MR_OK;
     }
+    if (g_use_amx && mr_cpu_gemm_bf16_amx(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+        return MR_OK;
     if (g_use_kernel && gemm_bf16_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return MR_OK;
     return mr_cpu_gemm_half_via_f32(0, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }

@@ -1,5 +1,6 @@
-/* Mixed-precision GEMM on the CPU: bf16 (and f16) inputs, f32 C. The op (the AVX512_BF16 kernel
- * where the CPU has it) and the portable widen-to-f32 path against the f64 reference on the same
+/* Mixed-precision GEMM on the CPU: bf16 (and f16) inputs, f32 C. The op (the AMX or AVX512_BF16
+ * kernel where the CPU has it), each kernel called directly (skipped where unavailable) and the
+ * portable widen-to-f32 path against the f64 reference on the same
  * bf16-rounded inputs: transposes, batching, shared B, alpha/beta, odd sizes (odd K pads a pair),
  * k = 0; 1 vs 2 threads bit-identical; the dtype rule's errors. */
 #include <math.h>
@@ -45,9 +46,13 @@ static void track(const float *x, const double *ref, int64_t n, int64_t k) {
     }
 }
 
-/* Runs one case through the op in dt (bf16 or f16 inputs, f32 C) or, with via_f32, straight
- * through the portable path, and compares with the reference on the same rounded inputs. */
-static void run_case(mr_dtype dt, const gemm_case *c, uint64_t seed, int via_f32) {
+enum { VIA_OP, VIA_F32, VIA_AMX, VIA_VDPBF16PS };
+
+/* Runs one case through the op in dt (bf16 or f16 inputs, f32 C) or straight through the portable
+ * path (VIA_F32) or one kernel (bf16, k > 0), and compares with the reference on the same rounded
+ * inputs. */
+static void run_case(mr_dtype dt, const gemm_case *c, uint64_t seed, int path) {
+    int via_f32 = path == VIA_F32;
     int batched = c->batch > 1;
     mr_shape sa = c->ta ? mat(c->batch, c->k, c->m, batched) : mat(c->batch, c->m, c->k, batched);
     mr_shape sb = c->tb ? mat(c->batch, c->n, c->k, batched && !c->shared_b)
@@ -77,13 +82,22 @@ static void run_case(mr_dtype dt, const gemm_case *c, uint64_t seed, int via_f32
         MR_ASSERT_OK(mr_cpu_gemm_half_via_f32(dt == MR_F16, c->ta, c->tb, c->m, c->n, c->k, (float)c->alpha,
                                               g.in[0].data, c->ta ? c->m : c->k, g.in[1].data, c->tb ? c->k : c->n,
                                               (float)c->beta, cf, c->n));
+    } else if (path != VIA_OP) {
+        assert_false(batched);
+        assert_true(dt == MR_BF16 && c->k > 0);
+        int (*kern)(int, int, int64_t, int64_t, int64_t, float, const uint16_t *, int64_t, const uint16_t *, int64_t,
+                    float, float *, int64_t) = path == VIA_AMX ? mr_cpu_gemm_bf16_amx : mr_cpu_gemm_bf16_vdpbf16ps;
+        assert_int_equal(kern(c->ta, c->tb, c->m, c->n, c->k, (float)c->alpha, g.in[0].data, c->ta ? c->m : c->k,
+                              g.in[1].data, c->tb ? c->k : c->n, (float)c->beta, cf, c->n),
+                         1);
     } else {
         MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &g));
     }
     MR_ASSERT_OK(mr_op_run_ref(&r));
     char what[200];
+    static const char *const path_name[] = {"", " via f32", " amx", " vdpbf16ps"};
     snprintf(what, sizeof what, "%s gemm%s b%lld m%lld n%lld k%lld ta%d tb%d shared%d a%g b%g", mr_dtype_name(dt),
-             via_f32 ? " via f32" : "", (long long)c->batch, (long long)c->m, (long long)c->n, (long long)c->k, c->ta,
+             path_name[path], (long long)c->batch, (long long)c->m, (long long)c->n, (long long)c->k, c->ta,
              c->tb, c->shared_b, c->alpha, c->beta);
     track(cf, cd, nc, c->k);
     assert_true(th_compare(what, cf, MR_F32, cd, nc, atol_for(c->k), TOL_BF16_GEMM_RTOL, TOL_BF16_GEMM_NMSE));
@@ -116,6 +130,78 @@ static void test_bf16_gemm_vs_ref(void **state) {
     }
     fprintf(stderr, "bf16 gemm (%s): max abs err %.3g, max rel err %.3g (|ref| > 1e-2), max abs err / K %.3g\n",
             mr_cpu_gemm_bf16_provider(), g_max_abs, g_max_rel, g_max_abs_per_k);
+}
+
+static int have_vdpbf16ps(void) {
+    const mr_cpu_caps *k = mr_cpu_caps_get();
+    return k->avx512_bf16 && k->avx512bw && k->avx512vl;
+}
+
+/* Each kernel called directly (whatever the op chose) on every unbatched case with k > 0. */
+static void run_kernel_cases(int path, const char *name) {
+    g_max_abs = g_max_rel = g_max_abs_per_k = 0;
+    for (size_t i = 0; i < sizeof g_cases / sizeof *g_cases; i++) {
+        if (g_cases[i].batch > 1 || g_cases[i].k == 0) continue;
+        run_case(MR_BF16, &g_cases[i], 600 + 10 * i, path);
+        th_free_all();
+    }
+    for (int t = 0; t < 4; t++) {
+        gemm_case c = {1, 47, 61, 99, t & 1, t >> 1, 0, 0.7, 0.3};
+        run_case(MR_BF16, &c, 950 + (uint64_t)t, path);
+        th_free_all();
+    }
+    fprintf(stderr, "bf16 gemm (%s, direct): max abs err %.3g, max rel err %.3g, max abs err / K %.3g\n", name,
+            g_max_abs, g_max_rel, g_max_abs_per_k);
+}
+
+static void test_bf16_gemm_amx(void **state) {
+    (void)state;
+    if (!mr_cpu_amx_bf16_usable()) {
+        fprintf(stderr, "bf16 gemm: AMX not usable here (amx_bf16: %d): skipped for AMX\n", mr_cpu_caps_get()->amx_bf16);
+        return;
+    }
+    run_kernel_cases(VIA_AMX, "amx");
+}
+
+static void test_bf16_gemm_vdpbf16ps(void **state) {
+    (void)state;
+    if (!have_vdpbf16ps()) {
+        fprintf(stderr, "bf16 gemm: no AVX512_BF16: skipped for vdpbf16ps\n");
+        return;
+    }
+    run_kernel_cases(VIA_VDPBF16PS, "vdpbf16ps");
+}
+
+/* 1 and 2 threads give the same bits for each kernel called directly. */
+static void test_bf16_gemm_kernels_thread_invariant(void **state) {
+    (void)state;
+    const int64_t shapes[][3] = {{256, 1024, 784}, {1000, 30, 501}, {37, 2000, 65}, {300, 300, 1100}};
+    for (int path = VIA_AMX; path <= VIA_VDPBF16PS; path++) {
+        if (path == VIA_AMX ? !mr_cpu_amx_bf16_usable() : !have_vdpbf16ps()) continue;
+        int (*kern)(int, int, int64_t, int64_t, int64_t, float, const uint16_t *, int64_t, const uint16_t *, int64_t,
+                    float, float *, int64_t) = path == VIA_AMX ? mr_cpu_gemm_bf16_amx : mr_cpu_gemm_bf16_vdpbf16ps;
+        for (int s = 0; s < 4; s++)
+            for (int t = 0; t < 4; t++) {
+                int ta = t & 1, tb = t >> 1;
+                int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+                uint16_t *a = th_alloc(sizeof(uint16_t) * (size_t)(m * k));
+                uint16_t *b = th_alloc(sizeof(uint16_t) * (size_t)(n * k));
+                float *c[2];
+                double *tmp = th_alloc(sizeof(double) * (size_t)((m > n ? m : n) * k));
+                fill_half(MR_BF16, a, tmp, m * k, 71 + (uint64_t)s);
+                fill_half(MR_BF16, b, tmp, n * k, 81 + (uint64_t)s);
+                int saved = mr_cpu_threads();
+                for (int nt = 0; nt < 2; nt++) {
+                    c[nt] = th_alloc(sizeof(float) * (size_t)(m * n));
+                    th_fill_uniform_f32(c[nt], m * n, -1.0f, 1.0f, 5);
+                    mr_cpu_set_threads(nt + 1);
+                    assert_int_equal(kern(ta, tb, m, n, k, 0.5f, a, ta ? m : k, b, tb ? k : n, 0.25f, c[nt], n), 1);
+                }
+                mr_cpu_set_threads(saved);
+                assert_memory_equal(c[0], c[1], sizeof(float) * (size_t)(m * n));
+                th_free_all();
+            }
+    }
 }
 
 /* The portable path (what a CPU without AVX512_BF16 runs), called directly, and f16 through the op
@@ -222,11 +308,18 @@ static void test_bf16_gemm_provider(void **state) {
     (void)state;
     const mr_cpu_caps *k = mr_cpu_caps_get();
     const char *p = mr_cpu_gemm_bf16_provider();
-    fprintf(stderr, "bf16 gemm: %s (avx512_bf16: %d)\n", p, k->avx512_bf16);
-    /* a CPU with the instruction must use it unless the user forced the fallback */
+    fprintf(stderr, "bf16 gemm: %s (avx512_bf16: %d, amx_bf16: %d, amx usable: %d)\n", p, k->avx512_bf16,
+            k->amx_bf16, mr_cpu_amx_bf16_usable());
+    /* a CPU with AMX (passing its probe) must use it, else one with vdpbf16ps that, unless the user
+     * forced a path */
     const char *force = getenv("MIRROR_GEMM_BF16");
-    if (k->avx512_bf16 && k->avx512bw && k->avx512vl && !(force && !strcmp(force, "fallback")))
+    int fallback = force && !strcmp(force, "fallback"), avx512 = force && !strcmp(force, "avx512");
+    if (!fallback && !avx512 && mr_cpu_amx_bf16_usable())
+        assert_non_null(strstr(p, "amx"));
+    else if (have_vdpbf16ps() && !fallback)
         assert_non_null(strstr(p, "vdpbf16ps"));
+    else
+        assert_non_null(strstr(p, "widened"));
 }
 
 int main(void) {
@@ -234,6 +327,8 @@ int main(void) {
         cmocka_unit_test(test_bf16_gemm_provider),        cmocka_unit_test(test_bf16_gemm_vs_ref),
         cmocka_unit_test(test_bf16_gemm_fallback),        cmocka_unit_test(test_bf16_gemm_ref_reads_bf16),
         cmocka_unit_test(test_bf16_gemm_thread_invariant), cmocka_unit_test(test_bf16_gemm_errors),
+        cmocka_unit_test(test_bf16_gemm_amx),             cmocka_unit_test(test_bf16_gemm_vdpbf16ps),
+        cmocka_unit_test(test_bf16_gemm_kernels_thread_invariant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,389 @@
+/* Mixed-precision GEMM with AMX-BF16 tiles (Sapphire Rapids and later): the first choice of
+ * mr_cpu_gemm_bf16 where it passes a one-time probe. Same contract as the vdpbf16ps kernel:
+ * C (m,n) f32 = alpha * op(A) op(B) + beta * C, A and B bf16, products exact, sums in f32.
+ *  - probe (once): CPUID/XCR0 say AMX-BF16 (mr_cpu_caps), the kernel grants the tile data state
+ *    (arch_prctl ARCH_REQ_XCOMP_PERM, process-wide), and a small GEMM run under a temporary
+ *    SIGILL guard equals a scalar reference (exact small integers). Anything else (old kernels,
+ *    valgrind, a hypervisor hiding the state) disables the path silently.
+ *  - kernel: a 32 x 32 block of C in four 16x16 f32 tiles (tmm0-3); each 32-k step loads two A
+ *    tiles (16 rows x 32 bf16, tmm4-5) and two B tiles (16 k pairs x 16 columns in the VNNI pair
+ *    layout, tmm6-7) and issues four tdpbf16ps. Tiles go through a small f32 buffer to apply
+ *    alpha/beta with masks at the edges.
+ *  - blocking: K in blocks of up to KC = 512 (equal sizes, padded with zeros to 32 in packing:
+ *    padding adds exact zeros), B packed KC x NC = 512 columns, A in MC = 64-row blocks.
+ *  - threads split C (32-column units; 32-row units when n is small), never K: each C element
+ *    is summed by one thread in one fixed k order. The tile configuration is per thread and is
+ *    loaded at the start of every thread's share and released at its end. */
+#include "core/cpu/cpu_impl.h"
+
+#include <immintrin.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+enum { TK = 32, KC = 512, NC = 512, MC = 64, BLK = 32 };
+
+#define AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,amx-tile,amx-bf16")))
+
+/* ---- packing buffers (process-wide pool, as in the vdpbf16ps kernel) -------------------------- */
+
+typedef struct amx_bufs {
+    uint16_t *ap; /* MC x KC: [row group of 16][k chunk of 32][16 rows][32 k] */
+    uint16_t *bp; /* KC x NC: [column group of 16][k chunk of 32][16 k pairs][16 columns x 2] */
+    struct amx_bufs *next_free, *next_all;
+} amx_bufs;
+
+static amx_bufs *g_free, *g_all;
+static pthread_mutex_t g_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+
+__attribute__((destructor)) static void free_pool(void) {
+    amx_bufs *b = g_all;
+    while (b) {
+        amx_bufs *next = b->next_all;
+        free(b->ap);
+        free(b->bp);
+        free(b);
+        b = next;
+    }
+    g_all = g_free = NULL;
+}
+
+static amx_bufs *acquire_bufs(void) {
+    pthread_mutex_lock(&g_pool_lock);
+    amx_bufs *b = g_free;
+    if (b) {
+        g_free = b->next_free;
+    } else {
+        b = calloc(1, sizeof *b);
+        if (b) {
+            b->ap = aligned_alloc(64, sizeof(uint16_t) * MC * KC);
+            b->bp = aligned_alloc(64, sizeof(uint16_t) * KC * NC);
+            b->next_all = g_all;
+            g_all = b;
+            if (!b->ap || !b->bp) b = NULL; /* stays on the all-list, freed at exit */
+        }
+    }
+    pthread_mutex_unlock(&g_pool_lock);
+    return b;
+}
+
+static void release_bufs(amx_bufs *b) {
+    if (!b) return;
+    pthread_mutex_lock(&g_pool_lock);
+    b->next_free = g_free;
+    g_free = b;
+    pthread_mutex_unlock(&g_pool_lock);
+}
+
+/* ---- packing ---------------------------------------------------------------------------------- */
+
+/* op(A)[i0:i0+mc, p0:p0+kc] -> ap, rows rounded up to 16 and k to 32 with zeros. */
+static void pack_a(int trans_a, const uint16_t *a, int64_t lda, int64_t i0, int64_t p0, int mc, int kc,
+                   uint16_t *ap) {
+    int nch = (kc + TK - 1) / TK, mg = (mc + 15) / 16;
+    for (int g = 0; g < mg; g++)
+        for (int ch = 0; ch < nch; ch++) {
+            uint16_t *dst = ap + ((int64_t)g * nch + ch) * 16 * TK;
+            int kw = kc - ch * TK < TK ? kc - ch * TK : TK;
+            for (int r = 0; r < 16; r++) {
+                int i = g * 16 + r;
+                uint16_t *d = dst + r * TK;
+                if (i >= mc) {
+                    memset(d, 0, sizeof(uint16_t) * TK);
+                    continue;
+                }
+                if (!trans_a) {
+                    memcpy(d, a + (i0 + i) * lda + p0 + ch * TK, sizeof(uint16_t) * (size_t)kw);
+                } else {
+                    const uint16_t *s = a + (p0 + ch * TK) * lda + i0 + i;
+                    for (int q = 0; q < kw; q++) d[q] = s[q * lda];
+                }
+                if (kw < TK) memset(d + kw, 0, sizeof(uint16_t) * (size_t)(TK - kw));
+            }
+        }
+}
+
+static inline __mmask16 low_mask(int n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1u); }
+
+/* op(B)[p0:p0+kc, j0:j0+nc] -> bp in the VNNI layout: tile row r holds (k 2r, k 2r+1) of each of
+ * 16 columns; columns rounded up to 16 and k to 32 with zeros. */
+AMX_TARGET static void pack_b(int trans_b, const uint16_t *b, int64_t ldb, int64_t p0, int64_t j0, int kc, int nc,
+                              uint16_t *bp) {
+    int nch = (kc + TK - 1) / TK, ng = (nc + 15) / 16;
+    for (int g = 0; g < ng; g++) {
+        int nw = nc - g * 16 < 16 ? nc - g * 16 : 16;
+        __mmask16 cm = low_mask(nw);
+        for (int ch = 0; ch < nch; ch++) {
+            uint32_t *dst = (uint32_t *)(bp + ((int64_t)g * nch + ch) * 16 * TK);
+            for (int r = 0; r < 16; r++) {
+                int64_t q = ch * TK + 2 * r; /* k within the block */
+                uint32_t *d = dst + r * 16;
+                if (!trans_b) {
+                    __m512i lo = q < kc ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(cm, b + (p0 + q) * ldb + j0 + g * 16))
+                                        : _mm512_setzero_si512();
+                    __m512i hi = q + 1 < kc
+                                     ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(cm, b + (p0 + q + 1) * ldb + j0 + g * 16))
+                                     : _mm512_setzero_si512();
+                    _mm512_store_si512(d, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+                } else {
+                    for (int c = 0; c < 16; c++) {
+                        uint32_t lo = 0, hi = 0;
+                        if (c < nw) {
+                            const uint16_t *s = b + (j0 + g * 16 + c) * ldb + p0 + q;
+                            if (q < kc) lo = s[0];
+                            if (q + 1 < kc) hi = s[1];
+                        }
+                        d[c] = lo | hi << 16;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* ---- tiles ------------------------------------------------------------------------------------ */
+
+typedef struct {
+    uint8_t palette_id, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+
+/* Palette 1, tiles 0-7 all 16 rows x 64 bytes. A constant in memory: GCC 12 drops the stores to a
+ * stack copy before ldtilecfg (it does not see the instruction read them), which then faults. */
+static const tile_config g_tile_config __attribute__((aligned(64))) = {
+    .palette_id = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+
+AMX_TARGET static void tiles_configure(void) { _tile_loadconfig(&g_tile_config); }
+
+AMX_TARGET static void tiles_release(void) { _tile_release(); }
+
+/* One 32x32 block: acc = A panels (two 16-row groups, nch chunks) x B panels (two 16-column
+ * groups); then C[0:mr, 0:nr] = alpha*acc + (accumulate ? C : beta*C). a1/b1 may equal a0/b0
+ * when the block has only one group (the extra tile is computed and not stored). */
+AMX_TARGET static void block_kernel(int nch, const uint16_t *a0, const uint16_t *a1, const uint16_t *b0,
+                                    const uint16_t *b1, float *c, int64_t ldc, int mr, int nr, float alpha, float beta,
+                                    int accumulate) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int ch = 0; ch < nch; ch++) {
+        int64_t off = (int64_t)ch * 16 * TK;
+        _tile_loadd(4, a0 + off, 64);
+        _tile_loadd(5, a1 + off, 64);
+        _tile_loadd(6, b0 + off, 64);
+        _tile_loadd(7, b1 + off, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    float acc[BLK][BLK] __attribute__((aligned(64)));
+    _tile_stored(0, &acc[0][0], BLK * 4);
+    _tile_stored(1, &acc[0][16], BLK * 4);
+    _tile_stored(2, &acc[16][0], BLK * 4);
+    _tile_stored(3, &acc[16][16], BLK * 4);
+    __mmask16 m0 = low_mask(nr), m1 = low_mask(nr - 16);
+    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    for (int r = 0; r < mr; r++) {
+        float *cr = c + r * ldc;
+        __m512 y0 = _mm512_mul_ps(va, _mm512_load_ps(&acc[r][0])), y1 = _mm512_mul_ps(va, _mm512_load_ps(&acc[r][16]));
+        if (accumulate) {
+            y0 = _mm512_add_ps(y0, _mm512_maskz_loadu_ps(m0, cr));
+            y1 = _mm512_add_ps(y1, _mm512_maskz_loadu_ps(m1, cr + 16));
+        } else if (beta != 0.0f) {
+            y0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), y0);
+            y1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), y1);
+        }
+        _mm512_mask_storeu_ps(cr, m0, y0);
+        _mm512_mask_storeu_ps(cr + 16, m1, y1);
+    }
+}
+
+/* One thread's share: rows [i_begin, i_end) x columns [j_begin, j_end) of C. */
+static void gemm_block(int trans_a, int trans_b, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end,
+                       int64_t k, float alpha, const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
+                       float beta, float *c, int64_t ldc, amx_bufs *bufs) {
+    /* k blocks of equal size, independent of the share (the k order of each element is fixed) */
+    const int64_t kblocks = (k + KC - 1) / KC;
+    int64_t kstep = (k + kblocks - 1) / kblocks;
+    kstep = (kstep + TK - 1) / TK * TK;
+    tiles_configure();
+    for (int64_t j0 = j_begin; j0 < j_end; j0 += NC) {
+        int nc = (int)(j_end - j0 < NC ? j_end - j0 : NC);
+        for (int64_t p0 = 0; p0 < k; p0 += kstep) {
+            int kc = (int)(k - p0 < kstep ? k - p0 : kstep), nch = (kc + TK - 1) / TK;
+            int64_t tile_elems = (int64_t)nch * 16 * TK; /* one 16-row or 16-column group */
+            pack_b(trans_b, b, ldb, p0, j0, kc, nc, bufs->bp);
+            for (int64_t i0 = i_begin; i0 < i_end; i0 += MC) {
+                int mc = (int)(i_end - i0 < MC ? i_end - i0 : MC);
+                pack_a(trans_a, a, lda, i0, p0, mc, kc, bufs->ap);
+                for (int jr = 0; jr < nc; jr += BLK) {
+                    int nr = nc - jr < BLK ? nc - jr : BLK;
+                    const uint16_t *b0 = bufs->bp + (int64_t)(jr / 16) * tile_elems;
+                    const uint16_t *b1 = nr > 16 ? b0 + tile_elems : b0;
+                    for (int ir = 0; ir < mc; ir += BLK) {
+                        int mr = mc - ir < BLK ? mc - ir : BLK;
+                        const uint16_t *a0 = bufs->ap + (int64_t)(ir / 16) * tile_elems;
+                        const uint16_t *a1 = mr > 16 ? a0 + tile_elems : a0;
+                        block_kernel(nch, a0, a1, b0, b1, c + (i0 + ir) * ldc + j0 + jr, ldc, mr, nr, alpha, beta,
+                                     p0 > 0);
+                    }
+                }
+            }
+        }
+    }
+    tiles_release();
+}
+
+static int gemm_amx(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
+                    int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    int nthreads = 1;
+#ifdef _OPENMP
+    if (omp_get_level() == 0) nthreads = omp_get_max_threads();
+#endif
+    if ((double)m * (double)n * (double)k < 2e6) nthreads = 1;
+    int64_t col_units = (n + BLK - 1) / BLK, row_units = (m + BLK - 1) / BLK;
+    int split_cols = col_units >= (int64_t)nthreads * 2 || col_units >= row_units;
+    int64_t units = split_cols ? col_units : row_units;
+    if (units < nthreads) nthreads = (int)units;
+    if (nthreads <= 1) {
+        amx_bufs *bufs = acquire_bufs();
+        if (!bufs) return 0;
+        gemm_block(trans_a, trans_b, 0, m, 0, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bufs);
+        release_bufs(bufs);
+        return 1;
+    }
+    enum { MAX_TEAM = 64 };
+    amx_bufs *team[MAX_TEAM];
+    if (nthreads > MAX_TEAM) nthreads = MAX_TEAM;
+    for (int t = 0; t < nthreads; t++) {
+        team[t] = acquire_bufs();
+        if (!team[t]) {
+            while (t-- > 0) release_bufs(team[t]);
+            return 0;
+        }
+    }
+#pragma omp parallel num_threads(nthreads)
+    {
+        int t = 0, nt = 1;
+#ifdef _OPENMP
+        t = omp_get_thread_num();
+        nt = omp_get_num_threads();
+#endif
+        int64_t u0 = units * t / nt, u1 = units * (t + 1) / nt;
+        if (u1 > u0) {
+            if (split_cols) {
+                int64_t j0 = u0 * BLK, j1 = u1 * BLK < n ? u1 * BLK : n;
+                gemm_block(trans_a, trans_b, 0, m, j0, j1, k, alpha, a, lda, b, ldb, beta, c, ldc, team[t]);
+            } else {
+                int64_t i0 = u0 * BLK, i1 = u1 * BLK < m ? u1 * BLK : m;
+                gemm_block(trans_a, trans_b, i0, i1, 0, n, k, alpha, a, lda, b, ldb, beta, c, ldc, team[t]);
+            }
+        }
+    }
+    for (int t = 0; t < nthreads; t++) release_bufs(team[t]);
+    return 1;
+}
+
+/* ---- the probe -------------------------------------------------------------------------------- */
+
+static int g_amx_ok;
+static pthread_once_t g_probe_once = PTHREAD_ONCE_INIT;
+static sigjmp_buf g_probe_jmp;
+
+static void on_sigill(int sig) {
+    (void)sig;
+    siglongjmp(g_probe_jmp, 1);
+}
+
+static int request_permission(void) {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+#else
+    return 0;
+#endif
+}
+
+/* A 37 x 45 x 70 GEMM of small integers (exact in f32 whatever the order), all transposes,
+ * against a scalar loop; runs on the calling thread. */
+static int self_test(void) {
+    enum { M = 37, N = 45, K = 70 };
+    static uint16_t a[M * K], b[K * N];
+    static float c[M * N], ref[M * N];
+    for (int i = 0; i < M * K; i++) {
+        float v = (float)((i * 7 + 3) % 5 - 2);
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        a[i] = (uint16_t)(u >> 16);
+    }
+    for (int i = 0; i < K * N; i++) {
+        float v = (float)((i * 11 + 1) % 7 - 3);
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        b[i] = (uint16_t)(u >> 16);
+    }
+    for (int t = 0; t < 4; t++) {
+        int ta = t & 1, tb = t >> 1;
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                float s = 0;
+                for (int p = 0; p < K; p++) {
+                    uint16_t x = ta ? a[p * M + i] : a[i * K + p], y = tb ? b[j * K + p] : b[p * N + j];
+                    uint32_t ux = (uint32_t)x << 16, uy = (uint32_t)y << 16;
+                    float fx, fy;
+                    memcpy(&fx, &ux, 4);
+                    memcpy(&fy, &uy, 4);
+                    s += fx * fy;
+                }
+                ref[i * N + j] = 2.0f * s + 1.0f;
+                c[i * N + j] = 1.0f;
+            }
+        amx_bufs *bufs = acquire_bufs();
+        if (!bufs) return 0;
+        gemm_block(ta, tb, 0, M, 0, N, K, 2.0f, a, ta ? M : K, b, tb ? K : N, 1.0f, c, N, bufs);
+        release_bufs(bufs);
+        if (memcmp(c, ref, sizeof c)) return 0;
+    }
+    return 1;
+}
+
+static void probe(void) {
+    const mr_cpu_caps *caps = mr_cpu_caps_get();
+    if (!caps->amx_bf16 || !caps->avx512f || !caps->avx512bw || !caps->avx512vl) return;
+    if (!request_permission()) return;
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigill;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGILL, &sa, &old) != 0) return;
+    volatile int ok = 0;
+    if (sigsetjmp(g_probe_jmp, 1) == 0) ok = self_test();
+    sigaction(SIGILL, &old, NULL);
+    g_amx_ok = ok;
+}
+
+int mr_cpu_amx_bf16_usable(void) {
+    pthread_once(&g_probe_once, probe);
+    return g_amx_ok;
+}
+
+int mr_cpu_gemm_bf16_amx(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
+                         int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    if (!mr_cpu_amx_bf16_usable()) return 0;
+    return gemm_amx(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
