@@ -72,6 +72,46 @@ const char *mr_cpu_gemm_bf16_provider(void);
 /* Propagates the process thread count to the provider. */
 void mr_cpu_gemm_set_threads(int n);
 
+
+/* ---- shared by mirror's GEMM kernels (gemm_split.c) ---- */
+
+/* Packing buffers: a process-wide pool per kernel of (A, B) pairs of fixed byte sizes. A call
+ * takes one pair per thread and gives it back, so concurrent callers never share one and steady
+ * state allocates nothing. Declare a pool as `static mr_pack_pool p = MR_PACK_POOL(a, b);`. */
+typedef struct mr_pack_bufs {
+    void *ap, *bp;
+    struct mr_pack_bufs *next_free, *next_all;
+} mr_pack_bufs;
+
+typedef struct mr_pack_pool {
+    size_t a_bytes, b_bytes;
+    mr_pack_bufs *free_list, *all;
+    struct mr_pack_pool *next_pool;
+    int registered;
+} mr_pack_pool;
+
+#define MR_PACK_POOL(a_bytes, b_bytes) {(a_bytes), (b_bytes), NULL, NULL, NULL, 0}
+
+/* C (m,n) = alpha * op(A) (m,k) * op(B) (k,n) + beta * C; a and b point at f32 or bf16 data. */
+typedef struct mr_gemm_args {
+    int trans_a, trans_b;
+    int64_t m, n, k;
+    float alpha, beta;
+    const void *a, *b;
+    int64_t lda, ldb, ldc;
+    float *c;
+} mr_gemm_args;
+
+/* A kernel's share: rows [i0, i1) x columns [j0, j1) of C, with one thread's packing buffers. */
+typedef void (*mr_gemm_block_fn)(const mr_gemm_args *g, int64_t i0, int64_t i1, int64_t j0, int64_t j1, void *ap,
+                                 void *bp);
+
+/* Runs `block` over C split across OpenMP threads in units of col_unit columns (row_unit rows when
+ * C is narrow), never splitting K, so every element of C is summed by one thread in one order:
+ * results do not depend on the thread count. Inside any OpenMP region it runs on the calling
+ * thread. Returns 0 without touching C when buffers cannot be had, 1 when done. m, n, k > 0. */
+int mr_gemm_split(const mr_gemm_args *g, int64_t row_unit, int64_t col_unit, mr_pack_pool *pool, mr_gemm_block_fn block);
+
 #ifdef __cplusplus
 }
 #endif

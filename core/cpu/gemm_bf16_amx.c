@@ -36,53 +36,6 @@ enum { TK = 32, KC = 512, NC = 512, MC = 64, BLK = 32 };
 
 /* ---- packing buffers (process-wide pool, as in the vdpbf16ps kernel) -------------------------- */
 
-typedef struct amx_bufs {
-    uint16_t *ap; /* MC x KC: [row group of 16][k chunk of 32][16 rows][32 k] */
-    uint16_t *bp; /* KC x NC: [column group of 16][k chunk of 32][16 k pairs][16 columns x 2] */
-    struct amx_bufs *next_free, *next_all;
-} amx_bufs;
-
-static amx_bufs *g_free, *g_all;
-static pthread_mutex_t g_pool_lock = PTHREAD_MUTEX_INITIALIZER;
-
-__attribute__((destructor)) static void free_pool(void) {
-    amx_bufs *b = g_all;
-    while (b) {
-        amx_bufs *next = b->next_all;
-        free(b->ap);
-        free(b->bp);
-        free(b);
-        b = next;
-    }
-    g_all = g_free = NULL;
-}
-
-static amx_bufs *acquire_bufs(void) {
-    pthread_mutex_lock(&g_pool_lock);
-    amx_bufs *b = g_free;
-    if (b) {
-        g_free = b->next_free;
-    } else {
-        b = calloc(1, sizeof *b);
-        if (b) {
-            b->ap = aligned_alloc(64, sizeof(uint16_t) * MC * KC);
-            b->bp = aligned_alloc(64, sizeof(uint16_t) * KC * NC);
-            b->next_all = g_all;
-            g_all = b;
-            if (!b->ap || !b->bp) b = NULL; /* stays on the all-list, freed at exit */
-        }
-    }
-    pthread_mutex_unlock(&g_pool_lock);
-    return b;
-}
-
-static void release_bufs(amx_bufs *b) {
-    if (!b) return;
-    pthread_mutex_lock(&g_pool_lock);
-    b->next_free = g_free;
-    g_free = b;
-    pthread_mutex_unlock(&g_pool_lock);
-}
 
 /* ---- packing ---------------------------------------------------------------------------------- */
 
@@ -216,7 +169,7 @@ AMX_TARGET static void block_kernel(int nch, const uint16_t *a0, const uint16_t 
 /* One thread's share: rows [i_begin, i_end) x columns [j_begin, j_end) of C. */
 static void gemm_block(int trans_a, int trans_b, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end,
                        int64_t k, float alpha, const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
-                       float beta, float *c, int64_t ldc, amx_bufs *bufs) {
+                       float beta, float *c, int64_t ldc, uint16_t *ap, uint16_t *bp) {
     /* k blocks of equal size, independent of the share (the k order of each element is fixed) */
     const int64_t kblocks = (k + KC - 1) / KC;
     int64_t kstep = (k + kblocks - 1) / kblocks;
@@ -227,17 +180,17 @@ static void gemm_block(int trans_a, int trans_b, int64_t i_begin, int64_t i_end,
         for (int64_t p0 = 0; p0 < k; p0 += kstep) {
             int kc = (int)(k - p0 < kstep ? k - p0 : kstep), nch = (kc + TK - 1) / TK;
             int64_t tile_elems = (int64_t)nch * 16 * TK; /* one 16-row or 16-column group */
-            pack_b(trans_b, b, ldb, p0, j0, kc, nc, bufs->bp);
+            pack_b(trans_b, b, ldb, p0, j0, kc, nc, bp);
             for (int64_t i0 = i_begin; i0 < i_end; i0 += MC) {
                 int mc = (int)(i_end - i0 < MC ? i_end - i0 : MC);
-                pack_a(trans_a, a, lda, i0, p0, mc, kc, bufs->ap);
+                pack_a(trans_a, a, lda, i0, p0, mc, kc, ap);
                 for (int jr = 0; jr < nc; jr += BLK) {
                     int nr = nc - jr < BLK ? nc - jr : BLK;
-                    const uint16_t *b0 = bufs->bp + (int64_t)(jr / 16) * tile_elems;
+                    const uint16_t *b0 = bp + (int64_t)(jr / 16) * tile_elems;
                     const uint16_t *b1 = nr > 16 ? b0 + tile_elems : b0;
                     for (int ir = 0; ir < mc; ir += BLK) {
                         int mr = mc - ir < BLK ? mc - ir : BLK;
-                        const uint16_t *a0 = bufs->ap + (int64_t)(ir / 16) * tile_elems;
+                        const uint16_t *a0 = ap + (int64_t)(ir / 16) * tile_elems;
                         const uint16_t *a1 = mr > 16 ? a0 + tile_elems : a0;
                         block_kernel(nch, a0, a1, b0, b1, c + (i0 + ir) * ldc + j0 + jr, ldc, mr, nr, alpha, beta,
                                      p0 > 0);
@@ -249,54 +202,17 @@ static void gemm_block(int trans_a, int trans_b, int64_t i_begin, int64_t i_end,
     tiles_release();
 }
 
+static mr_pack_pool g_pool = MR_PACK_POOL(sizeof(uint16_t) * MC * KC, sizeof(uint16_t) * KC * NC);
+
+static void run_block(const mr_gemm_args *g, int64_t i0, int64_t i1, int64_t j0, int64_t j1, void *ap, void *bp) {
+    gemm_block(g->trans_a, g->trans_b, i0, i1, j0, j1, g->k, g->alpha, g->a, g->lda, g->b, g->ldb, g->beta, g->c,
+               g->ldc, ap, bp);
+}
+
 static int gemm_amx(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
                     int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-    int nthreads = 1;
-#ifdef _OPENMP
-    if (omp_get_level() == 0) nthreads = omp_get_max_threads();
-#endif
-    if ((double)m * (double)n * (double)k < 2e6) nthreads = 1;
-    int64_t col_units = (n + BLK - 1) / BLK, row_units = (m + BLK - 1) / BLK;
-    int split_cols = col_units >= (int64_t)nthreads * 2 || col_units >= row_units;
-    int64_t units = split_cols ? col_units : row_units;
-    if (units < nthreads) nthreads = (int)units;
-    if (nthreads <= 1) {
-        amx_bufs *bufs = acquire_bufs();
-        if (!bufs) return 0;
-        gemm_block(trans_a, trans_b, 0, m, 0, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bufs);
-        release_bufs(bufs);
-        return 1;
-    }
-    enum { MAX_TEAM = 64 };
-    amx_bufs *team[MAX_TEAM];
-    if (nthreads > MAX_TEAM) nthreads = MAX_TEAM;
-    for (int t = 0; t < nthreads; t++) {
-        team[t] = acquire_bufs();
-        if (!team[t]) {
-            while (t-- > 0) release_bufs(team[t]);
-            return 0;
-        }
-    }
-#pragma omp parallel num_threads(nthreads)
-    {
-        int t = 0, nt = 1;
-#ifdef _OPENMP
-        t = omp_get_thread_num();
-        nt = omp_get_num_threads();
-#endif
-        int64_t u0 = units * t / nt, u1 = units * (t + 1) / nt;
-        if (u1 > u0) {
-            if (split_cols) {
-                int64_t j0 = u0 * BLK, j1 = u1 * BLK < n ? u1 * BLK : n;
-                gemm_block(trans_a, trans_b, 0, m, j0, j1, k, alpha, a, lda, b, ldb, beta, c, ldc, team[t]);
-            } else {
-                int64_t i0 = u0 * BLK, i1 = u1 * BLK < m ? u1 * BLK : m;
-                gemm_block(trans_a, trans_b, i0, i1, 0, n, k, alpha, a, lda, b, ldb, beta, c, ldc, team[t]);
-            }
-        }
-    }
-    for (int t = 0; t < nthreads; t++) release_bufs(team[t]);
-    return 1;
+    mr_gemm_args g = {trans_a, trans_b, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c};
+    return mr_gemm_split(&g, BLK, BLK, &g_pool, run_block);
 }
 
 /* ---- the probe -------------------------------------------------------------------------------- */
@@ -353,10 +269,8 @@ static int self_test(void) {
                 ref[i * N + j] = 2.0f * s + 1.0f;
                 c[i * N + j] = 1.0f;
             }
-        amx_bufs *bufs = acquire_bufs();
-        if (!bufs) return 0;
-        gemm_block(ta, tb, 0, M, 0, N, K, 2.0f, a, ta ? M : K, b, tb ? K : N, 1.0f, c, N, bufs);
-        release_bufs(bufs);
+        mr_gemm_args g = {ta, tb, M, N, K, 2.0f, 1.0f, a, b, ta ? M : K, tb ? K : N, N, c};
+        if (!mr_gemm_split(&g, BLK, BLK, &g_pool, run_block)) return 0;
         if (memcmp(c, ref, sizeof c)) return 0;
     }
     return 1;

@@ -40,54 +40,6 @@ enum { MR = 14, NR = 32, KCP = 256, MC = 168, NC = 512 };
 
 /* ---- packing buffer pool (as in sgemm_avx512.c; words are bf16 pairs) ------------------------ */
 
-typedef struct pack_bufs {
-    uint32_t *ap; /* MC x KCP packed A */
-    uint32_t *bp; /* KCP x NC packed B */
-    struct pack_bufs *next_free, *next_all;
-} pack_bufs;
-
-static pack_bufs *g_free, *g_all;
-static pthread_mutex_t g_pool_lock = PTHREAD_MUTEX_INITIALIZER;
-
-__attribute__((destructor)) static void free_pool(void) {
-    pack_bufs *b = g_all;
-    while (b) {
-        pack_bufs *next = b->next_all;
-        free(b->ap);
-        free(b->bp);
-        free(b);
-        b = next;
-    }
-    g_all = g_free = NULL;
-}
-
-/* A set of buffers for the calling thread (NULL on out-of-memory). */
-static pack_bufs *acquire_bufs(void) {
-    pthread_mutex_lock(&g_pool_lock);
-    pack_bufs *b = g_free;
-    if (b) {
-        g_free = b->next_free;
-    } else {
-        b = calloc(1, sizeof *b);
-        if (b) {
-            b->ap = aligned_alloc(64, sizeof(uint32_t) * MC * KCP);
-            b->bp = aligned_alloc(64, sizeof(uint32_t) * KCP * NC);
-            b->next_all = g_all;
-            g_all = b;
-            if (!b->ap || !b->bp) b = NULL; /* stays on the all-list, freed at exit */
-        }
-    }
-    pthread_mutex_unlock(&g_pool_lock);
-    return b;
-}
-
-static void release_bufs(pack_bufs *b) {
-    if (!b) return;
-    pthread_mutex_lock(&g_pool_lock);
-    b->next_free = g_free;
-    g_free = b;
-    pthread_mutex_unlock(&g_pool_lock);
-}
 
 /* ---- packing ---------------------------------------------------------------------------------- */
 
@@ -234,7 +186,7 @@ BF16_TARGET static void micro_kernel(int kpn, const uint32_t *ap, const uint32_t
 /* One thread's share: rows [i_begin, i_end) x columns [j_begin, j_end) of C. */
 static void gemm_block(int trans_a, int trans_b, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end,
                        int64_t k, float alpha, const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
-                       float beta, float *c, int64_t ldc, pack_bufs *bufs) {
+                       float beta, float *c, int64_t ldc, uint32_t *ap, uint32_t *bp) {
     /* k blocks of equal, even size (so every block but the last starts and ends on a pair) */
     const int64_t kblocks = (k + 2 * KCP - 1) / (2 * KCP);
     int64_t kstep = (k + kblocks - 1) / kblocks;
@@ -243,15 +195,15 @@ static void gemm_block(int trans_a, int trans_b, int64_t i_begin, int64_t i_end,
         int nc = (int)(j_end - j0 < NC ? j_end - j0 : NC);
         for (int64_t p0 = 0; p0 < k; p0 += kstep) {
             int kc = (int)(k - p0 < kstep ? k - p0 : kstep), kpn = (kc + 1) / 2;
-            pack_b(trans_b, b, ldb, p0, j0, kc, nc, bufs->bp);
+            pack_b(trans_b, b, ldb, p0, j0, kc, nc, bp);
             for (int64_t i0 = i_begin; i0 < i_end; i0 += MC) {
                 int mc = (int)(i_end - i0 < MC ? i_end - i0 : MC);
-                pack_a(trans_a, a, lda, i0, p0, mc, kc, bufs->ap);
+                pack_a(trans_a, a, lda, i0, p0, mc, kc, ap);
                 for (int jr = 0; jr < nc; jr += NR) {
                     int nr = nc - jr < NR ? nc - jr : NR;
                     for (int ir = 0; ir < mc; ir += MR) {
                         int mr = mc - ir < MR ? mc - ir : MR;
-                        micro_kernel(kpn, bufs->ap + (int64_t)ir * kpn, bufs->bp + (int64_t)jr * kpn,
+                        micro_kernel(kpn, ap + (int64_t)ir * kpn, bp + (int64_t)jr * kpn,
                                      c + (i0 + ir) * ldc + j0 + jr, ldc, mr, nr, alpha, beta, p0 > 0);
                     }
                 }
@@ -261,55 +213,18 @@ static void gemm_block(int trans_a, int trans_b, int64_t i_begin, int64_t i_end,
 }
 
 /* The AVX512_BF16 kernel; m, n, k > 0. Returns 0 without touching C on out-of-memory. */
+static mr_pack_pool g_pool = MR_PACK_POOL(sizeof(uint32_t) * MC * KCP, sizeof(uint32_t) * KCP * NC);
+
+static void run_block(const mr_gemm_args *g, int64_t i0, int64_t i1, int64_t j0, int64_t j1, void *ap, void *bp) {
+    gemm_block(g->trans_a, g->trans_b, i0, i1, j0, j1, g->k, g->alpha, g->a, g->lda, g->b, g->ldb, g->beta, g->c,
+               g->ldc, ap, bp);
+}
+
 static int gemm_bf16_avx512(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                             const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
                             int64_t ldc) {
-    int nthreads = 1;
-#ifdef _OPENMP
-    if (omp_get_level() == 0) nthreads = omp_get_max_threads();
-#endif
-    if ((double)m * (double)n * (double)k < 2e6) nthreads = 1;
-    int64_t col_units = (n + NR - 1) / NR, row_units = (m + MR - 1) / MR;
-    int split_cols = col_units >= (int64_t)nthreads * 2 || col_units >= row_units;
-    int64_t units = split_cols ? col_units : row_units;
-    if (units < nthreads) nthreads = (int)units;
-    if (nthreads <= 1) {
-        pack_bufs *bufs = acquire_bufs();
-        if (!bufs) return 0;
-        gemm_block(trans_a, trans_b, 0, m, 0, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bufs);
-        release_bufs(bufs);
-        return 1;
-    }
-    enum { MAX_TEAM = 64 };
-    pack_bufs *team[MAX_TEAM];
-    if (nthreads > MAX_TEAM) nthreads = MAX_TEAM;
-    for (int t = 0; t < nthreads; t++) {
-        team[t] = acquire_bufs();
-        if (!team[t]) {
-            while (t-- > 0) release_bufs(team[t]);
-            return 0;
-        }
-    }
-#pragma omp parallel num_threads(nthreads)
-    {
-        int t = 0, nt = 1;
-#ifdef _OPENMP
-        t = omp_get_thread_num();
-        nt = omp_get_num_threads();
-#endif
-        int64_t u0 = units * t / nt, u1 = units * (t + 1) / nt;
-        if (u1 > u0) {
-            if (split_cols) {
-                int64_t j0 = u0 * NR, j1 = u1 * NR < n ? u1 * NR : n;
-                gemm_block(trans_a, trans_b, 0, m, j0, j1, k, alpha, a, lda, b, ldb, beta, c, ldc, team[t]);
-            } else {
-                int64_t i0 = u0 * MR, i1 = u1 * MR < m ? u1 * MR : m;
-                gemm_block(trans_a, trans_b, i0, i1, 0, n, k, alpha, a, lda, b, ldb, beta, c, ldc, team[t]);
-            }
-        }
-    }
-    for (int t = 0; t < nthreads; t++) release_bufs(team[t]);
-    return 1;
+    mr_gemm_args g = {trans_a, trans_b, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c};
+    return mr_gemm_split(&g, MR, NR, &g_pool, run_block);
 }
 
 int mr_cpu_gemm_bf16_vdpbf16ps(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,

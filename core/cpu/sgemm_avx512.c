@@ -28,54 +28,6 @@ enum { MR = 14, NR = 32, KC = 256, MC = 168, NC = 512 };
 /* Packing buffers come from a process-wide pool: a call takes one set per thread and gives it
  * back, so concurrent callers (OpenMP teams, replica threads, loader threads) never share one,
  * and after the first calls the pool holds enough sets that nothing is allocated. */
-typedef struct pack_bufs {
-    float *ap; /* MC x KC packed A */
-    float *bp; /* KC x NC packed B */
-    struct pack_bufs *next_free, *next_all;
-} pack_bufs;
-
-static pack_bufs *g_free, *g_all;
-static pthread_mutex_t g_pool_lock = PTHREAD_MUTEX_INITIALIZER;
-
-__attribute__((destructor)) static void free_pool(void) {
-    pack_bufs *b = g_all;
-    while (b) {
-        pack_bufs *next = b->next_all;
-        free(b->ap);
-        free(b->bp);
-        free(b);
-        b = next;
-    }
-    g_all = g_free = NULL;
-}
-
-/* A set of buffers for the calling thread (NULL on out-of-memory). */
-static pack_bufs *acquire_bufs(void) {
-    pthread_mutex_lock(&g_pool_lock);
-    pack_bufs *b = g_free;
-    if (b) {
-        g_free = b->next_free;
-    } else {
-        b = calloc(1, sizeof *b);
-        if (b) {
-            b->ap = aligned_alloc(64, sizeof(float) * MC * KC);
-            b->bp = aligned_alloc(64, sizeof(float) * KC * NC);
-            b->next_all = g_all;
-            g_all = b;
-            if (!b->ap || !b->bp) b = NULL; /* stays on the all-list, freed at exit */
-        }
-    }
-    pthread_mutex_unlock(&g_pool_lock);
-    return b;
-}
-
-static void release_bufs(pack_bufs *b) {
-    if (!b) return;
-    pthread_mutex_lock(&g_pool_lock);
-    b->next_free = g_free;
-    g_free = b;
-    pthread_mutex_unlock(&g_pool_lock);
-}
 
 /* Transposes the 16x16 block r[0..16) in registers (r[i] lane j -> r[j] lane i). */
 __attribute__((target("avx512f"))) static inline void transpose16(__m512 r[16]) {
@@ -236,7 +188,7 @@ __attribute__((target("avx512f"))) static void micro_kernel(int kc, const float 
 /* One thread's share: rows [i_begin, i_end) x columns [j_begin, j_end) of C. */
 static void gemm_block(int trans_a, int trans_b, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end,
                        int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                       float *c, int64_t ldc, pack_bufs *bufs) {
+                       float *c, int64_t ldc, float *ap, float *bp) {
     for (int64_t j0 = j_begin; j0 < j_end; j0 += NC) {
         int nc = (int)(j_end - j0 < NC ? j_end - j0 : NC);
         /* k blocks of equal size (784 = 4 x 196, not 3 x 256 + a 16 whose C updates cost more
@@ -244,15 +196,15 @@ static void gemm_block(int trans_a, int trans_b, int64_t i_begin, int64_t i_end,
         const int64_t kblocks = (k + KC - 1) / KC, kstep = (k + kblocks - 1) / kblocks;
         for (int64_t p0 = 0; p0 < k; p0 += kstep) {
             int kc = (int)(k - p0 < kstep ? k - p0 : kstep);
-            pack_b(trans_b, b, ldb, p0, j0, kc, nc, bufs->bp);
+            pack_b(trans_b, b, ldb, p0, j0, kc, nc, bp);
             for (int64_t i0 = i_begin; i0 < i_end; i0 += MC) {
                 int mc = (int)(i_end - i0 < MC ? i_end - i0 : MC);
-                pack_a(trans_a, a, lda, i0, p0, mc, kc, bufs->ap);
+                pack_a(trans_a, a, lda, i0, p0, mc, kc, ap);
                 for (int jr = 0; jr < nc; jr += NR) {
                     int nr = nc - jr < NR ? nc - jr : NR;
                     for (int ir = 0; ir < mc; ir += MR) {
                         int mr = mc - ir < MR ? mc - ir : MR;
-                        micro_kernel(kc, bufs->ap + (int64_t)ir * kc, bufs->bp + (int64_t)jr * kc,
+                        micro_kernel(kc, ap + (int64_t)ir * kc, bp + (int64_t)jr * kc,
                                      c + (i0 + ir) * ldc + j0 + jr, ldc, mr, nr, alpha, beta, p0 > 0);
                     }
                 }
@@ -261,57 +213,16 @@ static void gemm_block(int trans_a, int trans_b, int64_t i_begin, int64_t i_end,
     }
 }
 
+static mr_pack_pool g_pool = MR_PACK_POOL(sizeof(float) * MC * KC, sizeof(float) * KC * NC);
+
+static void run_block(const mr_gemm_args *g, int64_t i0, int64_t i1, int64_t j0, int64_t j1, void *ap, void *bp) {
+    gemm_block(g->trans_a, g->trans_b, i0, i1, j0, j1, g->k, g->alpha, g->a, g->lda, g->b, g->ldb, g->beta, g->c,
+               g->ldc, ap, bp);
+}
+
 int mr_cpu_sgemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                         int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
     if (m <= 0 || n <= 0 || k <= 0) return 0; /* the caller handles the degenerate cases */
-    int nthreads = 1;
-#ifdef _OPENMP
-    /* inside any parallel region, active or not (an if clause that came out false), stay on this
-     * thread: a team started there would be a nested one, which libgomp builds anew each call */
-    if (omp_get_level() == 0) nthreads = omp_get_max_threads();
-#endif
-    /* Too little work to share: one thread. */
-    if ((double)m * (double)n * (double)k < 2e6) nthreads = 1;
-    int64_t col_units = (n + NR - 1) / NR, row_units = (m + MR - 1) / MR;
-    int split_cols = col_units >= (int64_t)nthreads * 2 || col_units >= row_units;
-    int64_t units = split_cols ? col_units : row_units;
-    if (units < nthreads) nthreads = (int)units;
-    if (nthreads <= 1) {
-        pack_bufs *bufs = acquire_bufs();
-        if (!bufs) return 0;
-        gemm_block(trans_a, trans_b, 0, m, 0, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bufs);
-        release_bufs(bufs);
-        return 1;
-    }
-    /* Take every thread's buffers up front, so an out-of-memory leaves C untouched. */
-    enum { MAX_TEAM = 64 };
-    pack_bufs *team[MAX_TEAM];
-    if (nthreads > MAX_TEAM) nthreads = MAX_TEAM;
-    for (int t = 0; t < nthreads; t++) {
-        team[t] = acquire_bufs();
-        if (!team[t]) {
-            while (t-- > 0) release_bufs(team[t]);
-            return 0;
-        }
-    }
-#pragma omp parallel num_threads(nthreads)
-    {
-        int t = 0, nt = 1;
-#ifdef _OPENMP
-        t = omp_get_thread_num();
-        nt = omp_get_num_threads();
-#endif
-        int64_t u0 = units * t / nt, u1 = units * (t + 1) / nt;
-        if (u1 > u0) {
-            if (split_cols) {
-                int64_t j0 = u0 * NR, j1 = u1 * NR < n ? u1 * NR : n;
-                gemm_block(trans_a, trans_b, 0, m, j0, j1, k, alpha, a, lda, b, ldb, beta, c, ldc, team[t]);
-            } else {
-                int64_t i0 = u0 * MR, i1 = u1 * MR < m ? u1 * MR : m;
-                gemm_block(trans_a, trans_b, i0, i1, 0, n, k, alpha, a, lda, b, ldb, beta, c, ldc, team[t]);
-            }
-        }
-    }
-    for (int t = 0; t < nthreads; t++) release_bufs(team[t]);
-    return 1;
+    mr_gemm_args g = {trans_a, trans_b, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c};
+    return mr_gemm_split(&g, MR, NR, &g_pool, run_block);
 }
