@@ -153,6 +153,10 @@ size_t mr_plan_unshared_bytes(const mr_plan *p);
 mr_status mr_plan_run_range(mr_plan *p, int32_t first, int32_t last) MR_WUR;
 /* Number of kernels one run launches. */
 int32_t mr_plan_num_kernels(const mr_plan *p);
+/* New dropout masks for a new step without recompiling: every dropout node (and its backward,
+ * which recomputes the same mask) draws from Philox blocks offset by step * 2^32 from those it
+ * was built with. Step 0 gives the built masks. */
+void mr_plan_set_dropout_step(mr_plan *p, uint64_t step);
 /* Times every kernel of later runs, summed per op (on a GPU each kernel is synchronised, which
  * slows the run: for finding where time goes, not for production). Turning it on clears the
  * counts. mr_plan_profile_report prints ms, calls and share per op, slowest first. */

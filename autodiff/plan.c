@@ -53,6 +53,7 @@ struct mr_plan {
     int32_t npatches;
     int dirty;
     char (*names)[MR_NAME_MAX];
+    uint64_t *drop_base;    /* per node: the dropout offset it was built with (mr_plan_set_dropout_step) */
     int profile;            /* time every kernel (mr_plan_set_profile) */
     double op_seconds[MR_OP_COUNT];
     int64_t op_calls[MR_OP_COUNT];
@@ -90,6 +91,7 @@ void mr_plan_free(mr_plan *p) {
     free(p->fns);
     free(p->patches);
     free(p->names);
+    free(p->drop_base);
     free(p);
 }
 
@@ -111,8 +113,10 @@ mr_status mr_plan_new(const mr_graph *g, mr_device_kind kind, const mr_val *keep
     p->args = calloc((size_t)(g->nnodes ? g->nnodes : 1), sizeof *p->args);
     p->fns = calloc((size_t)(g->nnodes ? g->nnodes : 1), sizeof *p->fns);
     p->names = calloc((size_t)g->nvals, sizeof *p->names);
+    p->drop_base = calloc((size_t)(g->nnodes ? g->nnodes : 1), sizeof *p->drop_base);
     live = calloc((size_t)g->nvals, sizeof *live);
-    MR_CHECK(p->vi && p->bound && p->args && p->fns && p->names && live, MR_ERR_NOMEM, "plan: out of memory");
+    MR_CHECK(p->vi && p->bound && p->args && p->fns && p->names && p->drop_base && live, MR_ERR_NOMEM,
+             "plan: out of memory");
 
     /* lifetimes */
     const int32_t end = g->nnodes; /* "alive until the end of the run" */
@@ -182,6 +186,7 @@ mr_status mr_plan_new(const mr_graph *g, mr_device_kind kind, const mr_val *keep
         mr_op_args *a = &p->args[n];
         mr_op_args_init(a, nd->op);
         a->p = nd->p;
+        if (nd->op == MR_OP_DROPOUT || nd->op == MR_OP_DROPOUT_BWD) p->drop_base[n] = nd->p.dropout.offset;
         for (int k = 0; k < 2; k++) {
             const int32_t *ids = k ? nd->out : nd->in;
             mr_view *views = k ? a->out : a->in;
@@ -290,6 +295,12 @@ mr_status mr_plan_run_range(mr_plan *p, int32_t first, int32_t last) {
         p->op_calls[op]++;
     }
     return MR_OK;
+}
+
+void mr_plan_set_dropout_step(mr_plan *p, uint64_t step) {
+    for (int32_t n = 0; n < p->nnodes; n++)
+        if (p->args[n].op == MR_OP_DROPOUT || p->args[n].op == MR_OP_DROPOUT_BWD)
+            p->args[n].p.dropout.offset = p->drop_base[n] + (step << 32);
 }
 
 void mr_plan_set_profile(mr_plan *p, int on) {

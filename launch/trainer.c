@@ -351,6 +351,7 @@ mr_status mr_train(const mr_train_cfg *cfg, mr_train_result *res) {
             double t1 = now_s();
             MR_TRY(mr_plan_bind(s->plan, s->io.x, e.data[0]));
             MR_TRY(mr_plan_bind(s->plan, s->io.y, e.data[1]));
+            mr_plan_set_dropout_step(s->plan, (uint64_t)(step * c.accumulate + m)); /* fresh masks each micro-step */
             MR_TRY(mr_plan_run_range(s->plan, 0, s->n_forward));
             double t2 = now_s();
             MR_TRY(mr_plan_run_range(s->plan, s->n_forward, mr_plan_num_kernels(s->plan)));

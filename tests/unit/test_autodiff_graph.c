@@ -205,12 +205,47 @@ static void test_plan_steady_state_no_alloc(void **state) {
 #endif
 }
 
+/* Dropout masks change with mr_plan_set_dropout_step and come back with the same step; the
+ * backward recomputes the forward's mask (dx is 0 exactly where y is 0). */
+static void test_plan_dropout_step(void **state) {
+    (void)state;
+    const int64_t n = 4096;
+    mr_graph *g = NULL;
+    MR_ASSERT_OK(mr_graph_new(&g));
+    mr_val x = mr_graph_param(g, "x", MR_F32, mr_shape_1d(n));
+    mr_val y = mr_graph_dropout(g, x, 0.5, 7, 0);
+    mr_val loss = mr_graph_sum(g, y, 1);
+    mr_val dx;
+    MR_ASSERT_OK(mr_graph_grad(g, loss, &x, 1, &dx));
+    mr_plan *p = NULL;
+    mr_val keep[3] = {y, loss, dx};
+    MR_ASSERT_OK(mr_plan_new(g, MR_DEVICE_CPU, keep, 3, &p));
+    float *X = th_alloc(sizeof(float) * n), *y0 = th_alloc(sizeof(float) * n), *y1 = th_alloc(sizeof(float) * n);
+    for (int64_t i = 0; i < n; i++) X[i] = 1.0f;
+    MR_ASSERT_OK(mr_plan_bind(p, x, X));
+    MR_ASSERT_OK(mr_plan_run(p));
+    memcpy(y0, mr_plan_data(p, y), sizeof(float) * n);
+    mr_plan_set_dropout_step(p, 1);
+    MR_ASSERT_OK(mr_plan_run(p));
+    memcpy(y1, mr_plan_data(p, y), sizeof(float) * n);
+    assert_true(memcmp(y0, y1, sizeof(float) * n) != 0);
+    const float *Y = mr_plan_data(p, y), *DX = mr_plan_data(p, dx);
+    for (int64_t i = 0; i < n; i++) assert_true((Y[i] == 0.0f) == (DX[i] == 0.0f));
+    mr_plan_set_dropout_step(p, 0);
+    MR_ASSERT_OK(mr_plan_run(p));
+    assert_memory_equal(mr_plan_data(p, y), y0, sizeof(float) * n);
+    mr_plan_free(p);
+    mr_graph_free(g);
+    th_free_all();
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_build_errors),
         cmocka_unit_test(test_plan_computes),
         cmocka_unit_test(test_plan_shares_memory),
         cmocka_unit_test(test_plan_steady_state_no_alloc),
+        cmocka_unit_test(test_plan_dropout_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
