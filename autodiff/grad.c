@@ -94,6 +94,9 @@ static void rule_gemm(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
     mr_val A = V(a), B = V(b);
     mr_shape sa = vshape(c, a), sb = vshape(c, b);
     int shared = sb.ndim == 2 && sa.ndim > 2;
+    /* half operands: the gradient GEMMs take dC in the same half type (f32 results) */
+    mr_dtype ht = vdtype(c, a);
+    if (ht == MR_BF16 || ht == MR_F16) dy = mr_graph_cast(g, dy, ht);
     if (is_active(c, a)) {
         mr_val da;
         if (!ta)

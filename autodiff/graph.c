@@ -261,7 +261,10 @@ mr_val mr_graph_matmul(mr_graph *g, mr_val a, mr_val b, int trans_a, int trans_b
     memset(&p, 0, sizeof p);
     p.gemm = (mr_gemm_params){trans_a, trans_b, alpha, 0.0};
     mr_val in[2] = {a, b};
-    return node1(g, MR_OP_GEMM, in, 2, &p, g->vals[a.id].dtype, sc);
+    /* half inputs accumulate and write f32 (mixed precision) */
+    mr_dtype dt = g->vals[a.id].dtype;
+    if (dt == MR_BF16 || dt == MR_F16) dt = MR_F32;
+    return node1(g, MR_OP_GEMM, in, 2, &p, dt, sc);
 }
 
 static mr_val binary(mr_graph *g, mr_op_id op, const char *name, mr_val a, mr_val b) {

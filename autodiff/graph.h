@@ -84,7 +84,8 @@ mr_status mr_graph_node(mr_graph *g, mr_op_id op, const mr_val *in, int n_in, co
                         const int *out_dtypes, const mr_shape *out_shapes, int n_out, mr_val *outs);
 
 /* ---- typed builders: shapes are inferred ---- */
-/* C = alpha * op(A) op(B); A (...,M,K) or transposed, B (K,N) or (...,K,N). */
+/* C = alpha * op(A) op(B); A (...,M,K) or transposed, B (K,N) or (...,K,N). C is f32 when A and B
+ * are bf16 or f16 (mixed precision: half inputs, f32 accumulation and output). */
 mr_val mr_graph_matmul(mr_graph *g, mr_val a, mr_val b, int trans_a, int trans_b, double alpha);
 mr_val mr_graph_add(mr_graph *g, mr_val a, mr_val b); /* numpy broadcasting */
 mr_val mr_graph_sub(mr_graph *g, mr_val a, mr_val b);

@@ -64,6 +64,7 @@ typedef struct mr_nn {
     mr_graph *g;
     mr_params *ps;
     mr_dtype dtype;  /* dtype of parameters in the graph (f32; f64 for gradient checks) */
+    mr_dtype compute; /* MR_BF16: linear layers multiply in bf16 (mixed_bfloat16); else as dtype */
     int training;    /* dropout active */
     uint64_t dropout_seed, dropout_offset;
     char prefix[96]; /* "h.0." while building block 0 */

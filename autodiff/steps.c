@@ -10,6 +10,7 @@ struct mr_steps {
     const void *ctx;
     mr_params *ps;
     mr_device_kind kind;
+    mr_dtype compute;
     mr_step **steps;
     int n, cap, compilations;
 };
@@ -44,6 +45,8 @@ void mr_steps_free(mr_steps *s) {
 
 int mr_steps_compilations(const mr_steps *s) { return s->compilations; }
 
+void mr_steps_set_compute(mr_steps *s, mr_dtype compute) { s->compute = compute; }
+
 /* Builds, differentiates, plans and binds one step. */
 static mr_status compile(mr_steps *s, int64_t batch, int train, mr_step **out) {
     mr_status st = MR_OK;
@@ -58,6 +61,7 @@ static mr_status compile(mr_steps *s, int64_t batch, int train, mr_step **out) {
     nn.g = step->g;
     nn.ps = s->ps;
     nn.dtype = MR_F32;
+    nn.compute = s->compute;
     nn.training = train;
     MR_TRY(s->build(s->ctx, &nn, batch, &step->io));
     MR_TRY(mr_graph_status(step->g));

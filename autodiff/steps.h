@@ -47,6 +47,10 @@ void mr_steps_free(mr_steps *s); /* frees every step; NULL is a no-op */
  * *step stays valid until mr_steps_free. */
 mr_status mr_steps_get(mr_steps *s, int64_t batch, int train, mr_step **step) MR_WUR;
 
+/* The compute type of later compilations: MR_F32 (default) or MR_BF16 (mixed_bfloat16: linear
+ * layers multiply in bf16 from f32 master weights). */
+void mr_steps_set_compute(mr_steps *s, mr_dtype compute);
+
 /* How many steps were compiled so far (each new batch size or mode adds one). */
 int mr_steps_compilations(const mr_steps *s);
 

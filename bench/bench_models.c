@@ -7,7 +7,7 @@
  * Reports the median samples/s (tokens/s for gpt) over runs, the analytic training GFLOP/s
  * (3x the forward matmul/conv FLOPs, as torch_bench.py counts them) as a fraction of the
  * measured peak, the planned activation arena, and the process's peak RSS.
- * Usage: bench_models [--models mlp,cnn,gpt] [--steps N] [--runs R] [--warmup W]
+ * Usage: bench_models [--models mlp,cnn,gpt] [--steps N] [--runs R] [--warmup W] [--bf16]
  * MIRROR_PROFILE=1 adds a per-op time breakdown of the forward+backward graph. */
 #include <math.h>
 #include <stdio.h>
@@ -49,11 +49,14 @@ static double fwd_flops(const mr_model_cfg *c, int64_t batch) {
     return 0;
 }
 
+static mr_dtype g_compute = MR_F32; /* --bf16: mixed_bfloat16 */
+
 static void run(const char *name, mr_model_cfg cfg, int64_t batch, int steps, int runs, int warmup) {
     mr_params *ps = NULL;
     mr_steps *cache = NULL;
     mr_step *st = NULL;
     if (mr_params_new(&ps) || mr_steps_new(mr_model_step_build, &cfg, ps, MR_DEVICE_CPU, &cache)) die("setup");
+    mr_steps_set_compute(cache, g_compute);
     if (mr_steps_get(cache, batch, 1, &st) != MR_OK) die("compile");
     if (mr_params_init(ps, 1) != MR_OK) die("params");
     mr_plan *p = st->plan;
@@ -144,7 +147,16 @@ static void run(const char *name, mr_model_cfg cfg, int64_t batch, int steps, in
 int main(int argc, char **argv) {
     const char *models = "mlp,cnn,gpt";
     int steps = 30, runs = 3, warmup = 5;
-    for (int i = 1; i + 1 < argc; i += 2) {
+    for (int i = 1; i < argc; i += 2) {
+        if (!strcmp(argv[i], "--bf16")) {
+            g_compute = MR_BF16;
+            i--; /* a flag without a value */
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "bench_models: %s needs a value\n", argv[i]);
+            return 2;
+        }
         if (!strcmp(argv[i], "--models")) models = argv[i + 1];
         else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--runs")) runs = atoi(argv[i + 1]);
@@ -160,8 +172,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     g_peak = peak_fp32(mr_cpu_threads());
-    printf("# mirror training-step throughput, %d threads, GEMM: %s, measured fp32 peak %.0f GFLOP/s\n",
-           mr_cpu_threads(), mr_cpu_gemm_provider(), g_peak);
+    printf("# mirror training-step throughput, %d threads, GEMM: %s, measured fp32 peak %.0f GFLOP/s, %s\n",
+           mr_cpu_threads(), mr_cpu_gemm_provider(), g_peak,
+           g_compute == MR_BF16 ? "mixed_bfloat16 (linear layers in bf16)" : "float32");
     if (strstr(models, "mlp")) run("mlp", mr_model_cfg_default(MR_MODEL_MLP), 256, steps, runs, warmup);
     if (strstr(models, "cnn")) run("cnn", mr_model_cfg_default(MR_MODEL_CNN), 128, steps, runs, warmup);
     if (strstr(models, "gpt")) run("gpt", mr_model_cfg_default(MR_MODEL_GPT), 32, steps, runs, warmup);

@@ -93,8 +93,10 @@ static mr_status to_train_cfg(const mr_experiment *e, const char *run_dir, mr_tr
     c->log_every = e->train.log_every;
     c->seed = (uint64_t)e->seed;
     c->run_dir = run_dir;
-    if (e->precision.policy != MR_PREC_F32)
-        return mr_set_error(MR_ERR_UNSUPPORTED, "precision.policy: mixed precision is not implemented yet");
+    if (e->precision.policy == MR_PREC_MIXED_BF16) c->compute = MR_BF16;
+    else if (e->precision.policy != MR_PREC_F32)
+        return mr_set_error(MR_ERR_UNSUPPORTED, "precision.policy: mixed_float16 is not implemented yet "
+                                                "(mixed_bfloat16 and float32 are)");
     const mr_data_cfg *tr = &e->data.train, *ev = &e->data.eval;
     if (tr->source == MR_SRC_IDX) {
         c->train_images = tr->images;

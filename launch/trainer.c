@@ -316,6 +316,9 @@ mr_status mr_train(const mr_train_cfg *cfg, mr_train_result *res) {
     }
     MR_TRY(mr_params_new(&ps));
     MR_TRY(mr_steps_new(mr_model_step_build, &c.model, ps, MR_DEVICE_CPU, &steps));
+    MR_CHECK(c.compute == MR_F32 || c.compute == MR_BF16, MR_ERR_UNSUPPORTED,
+             "precision.policy: compute type %s is not supported by the trainer", mr_dtype_name(c.compute));
+    mr_steps_set_compute(steps, c.compute);
     mr_step *s = NULL;
     MR_TRY(mr_steps_get(steps, micro, 1, &s));
     MR_TRY(mr_params_init(ps, c.seed));

@@ -41,6 +41,7 @@ typedef struct mr_train_cfg {
     int64_t shuffle;            /* shuffle buffer; 0: no shuffling */
     const char *run_dir;        /* metrics.jsonl goes there (created); NULL: no files */
     int quiet;                  /* no progress output */
+    mr_dtype compute;           /* MR_F32, or MR_BF16 for mixed_bfloat16 (f32 master weights) */
 } mr_train_cfg;
 
 typedef struct mr_train_result {
