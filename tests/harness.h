@@ -25,6 +25,16 @@
  * and MIRROR_TEST_QUICK=1, which tests/valgrind.sh sets): tests then check a documented subset. */
 int th_quick(void);
 
+/* For data-pipeline tests: d = the result of `call` (which writes its output to nd_), dropping
+ * the caller's handle on the input d; asserts the call succeeded. */
+#define TH_DATA_STEP(d, call)                                                                     \
+    do {                                                                                         \
+        mr_dataset *nd_ = NULL;                                                                  \
+        MR_ASSERT_OK(call);                                                                      \
+        mr_data_free(d);                                                                         \
+        d = nd_;                                                                                 \
+    } while (0)
+
 /* A scratch directory for the test binary (mkdtemp under /tmp), as a cmocka group setup and
  * teardown (the teardown removes it with everything in it), and "<scratch>/<name>" paths in
  * rotating static buffers (each valid for the next 3 calls). */

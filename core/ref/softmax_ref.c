@@ -131,12 +131,21 @@ mr_status mr_xent_check_labels(const mr_op_args *a, const int32_t *labels, int64
     return MR_OK;
 }
 
+/* What both reference cross-entropy kernels start with: f64 input, rows N and classes C of in[0],
+ * labels in in[1] validated. */
+static mr_status xent_ref_rows(const mr_op_args *a, int64_t *n, int64_t *c, const int32_t **lab) {
+    if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64, got %s", mr_dtype_name(a->in[0].dtype));
+    *n = a->in[0].shape.dim[0];
+    *c = a->in[0].shape.dim[1];
+    *lab = a->in[1].data;
+    return mr_xent_check_labels(a, *lab, *n, *c);
+}
+
 /* logits (N,C), labels (N) i32 -> loss (N), probs (N,C) */
 mr_status mr_xent_fwd_ref(const mr_op_args *a) {
-    if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64, got %s", mr_dtype_name(a->in[0].dtype));
-    int64_t n = a->in[0].shape.dim[0], c = a->in[0].shape.dim[1];
-    const int32_t *lab = a->in[1].data;
-    mr_status st = mr_xent_check_labels(a, lab, n, c);
+    int64_t n = 0, c = 0;
+    const int32_t *lab = NULL;
+    mr_status st = xent_ref_rows(a, &n, &c, &lab);
     if (st != MR_OK) return st;
     for (int64_t i = 0; i < n; i++) {
         const double *x = (const double *)a->in[0].data + i * c;
@@ -153,10 +162,9 @@ mr_status mr_xent_fwd_ref(const mr_op_args *a) {
 
 /* probs (N,C), labels (N) i32, dloss (N) -> dlogits (N,C) */
 mr_status mr_xent_bwd_ref(const mr_op_args *a) {
-    if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64, got %s", mr_dtype_name(a->in[0].dtype));
-    int64_t n = a->in[0].shape.dim[0], c = a->in[0].shape.dim[1];
-    const int32_t *lab = a->in[1].data;
-    mr_status st = mr_xent_check_labels(a, lab, n, c);
+    int64_t n = 0, c = 0;
+    const int32_t *lab = NULL;
+    mr_status st = xent_ref_rows(a, &n, &c, &lab);
     if (st != MR_OK) return st;
     for (int64_t i = 0; i < n; i++) {
         const double *p = (const double *)a->in[0].data + i * c;

@@ -64,14 +64,7 @@ static mr_dataset *source(int64_t n) {
     return d;
 }
 
-/* Applies a transform and drops the caller's handle on the input. */
-#define STEP(d, call)                                                                            \
-    do {                                                                                         \
-        mr_dataset *nd_ = NULL;                                                                  \
-        MR_ASSERT_OK(call);                                                                      \
-        mr_data_free(d);                                                                         \
-        d = nd_;                                                                                 \
-    } while (0)
+#define STEP TH_DATA_STEP
 
 /* ---- collecting sequences ------------------------------------------------------------------- */
 

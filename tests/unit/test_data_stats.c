@@ -47,13 +47,7 @@ static mr_data_spec spec(void) {
     return s;
 }
 
-#define STEP(d, call)                                                                            \
-    do {                                                                                         \
-        mr_dataset *nd_ = NULL;                                                                  \
-        MR_ASSERT_OK(call);                                                                      \
-        mr_data_free(d);                                                                         \
-        d = nd_;                                                                                 \
-    } while (0)
+#define STEP TH_DATA_STEP
 
 /* source(n) -> [shuffle] -> map(sleep_us per element, parallel) -> batch(b) -> [prefetch] -> [repeat] */
 static mr_dataset *pipeline(int64_t n, int shuffle, long *sleep, int parallel, int64_t b, int64_t prefetch,
