@@ -188,10 +188,12 @@ mr_val mr_nn_linear_init(mr_nn *nn, const char *name, mr_val x, int64_t out, int
     snprintf(pn, sizeof pn, "%s.weight", name);
     mr_val w = mr_nn_param(nn, pn, mr_shape_2d(out, in), winit, warg);
     mr_val y;
-    if (nn->compute == MR_BF16 && nn->dtype == MR_F32) {
-        /* mixed_bfloat16: bf16 copies of the input and of the f32 master weight into a GEMM that
-         * accumulates and writes f32; the gradients flow back through the casts in f32 */
-        y = mr_graph_matmul(nn->g, mr_graph_cast(nn->g, x, MR_BF16), mr_graph_cast(nn->g, w, MR_BF16), 0, 1, 1.0);
+    if ((nn->compute == MR_BF16 || nn->compute == MR_F16) && nn->dtype == MR_F32) {
+        /* mixed precision: low-precision copies of the input and of the f32 master weight into a
+         * GEMM that accumulates and writes f32; the gradients flow back through the casts (the
+         * GEMM's dy is cast to the low type too, so an f16 backward can overflow: loss scaling) */
+        y = mr_graph_matmul(nn->g, mr_graph_cast(nn->g, x, nn->compute), mr_graph_cast(nn->g, w, nn->compute), 0, 1,
+                            1.0);
     } else {
         y = mr_graph_matmul(nn->g, x, w, 0, 1, 1.0);
     }

@@ -55,6 +55,7 @@ static mr_status compile(mr_steps *s, int64_t batch, int train, mr_step **out) {
     MR_CHECK(step, MR_ERR_NOMEM, "steps: out of memory");
     step->batch = batch;
     step->train = train;
+    step->loss_scale = 1.0f;
     MR_TRY(mr_graph_new(&step->g));
     mr_nn nn;
     memset(&nn, 0, sizeof nn);
@@ -76,7 +77,11 @@ static mr_status compile(mr_steps *s, int64_t batch, int train, mr_step **out) {
     keep[nkeep++] = step->io.loss;
     keep[nkeep++] = step->io.out;
     if (train) {
-        MR_TRY(mr_graph_grad(step->g, step->io.loss, pv, np, gv));
+        /* differentiate loss * loss_scale: a bound scalar, so changing the scale never recompiles */
+        step->io.loss_scale = mr_graph_input(step->g, "loss_scale", MR_F32, mr_graph_shape(step->g, step->io.loss));
+        mr_val scaled = mr_graph_mul(step->g, step->io.loss, step->io.loss_scale);
+        MR_TRY(mr_graph_status(step->g));
+        MR_TRY(mr_graph_grad(step->g, scaled, pv, np, gv));
         /* Each gradient is bound to its own slot of the registry's buffer, so one value may not
          * serve two parameters (dy of `p1 + p2`) nor be the loss: such a gradient gets a copy. */
         for (int32_t i = 0; i < np; i++) {
@@ -89,6 +94,7 @@ static mr_status compile(mr_steps *s, int64_t batch, int train, mr_step **out) {
         for (int32_t i = 0; i < np; i++) keep[nkeep++] = gv[i];
     }
     MR_TRY(mr_plan_new(step->g, s->kind, keep, nkeep, &step->plan));
+    if (train) MR_TRY(mr_plan_bind(step->plan, step->io.loss_scale, &step->loss_scale));
     if (!mr_params_allocated(s->ps)) MR_TRY(mr_params_alloc(s->ps));
     for (int32_t i = 0; i < np; i++) {
         int32_t k = mr_params_find(s->ps, mr_graph_name(step->g, pv[i]));

@@ -19,6 +19,11 @@ typedef struct mr_step_io {
     mr_val x, y;   /* inputs "x" and labels "y" */
     mr_val out;    /* logits */
     mr_val loss;   /* scalar mean loss */
+    /* Training steps: the f32 scalar input "loss_scale" (bind a float; 1 without loss scaling).
+     * The backward differentiates loss * loss_scale, so the gradients come out multiplied by it
+     * (dynamic loss scaling for mixed_float16, optim/optim.h mr_loss_scaler). The build function
+     * leaves it alone; compilation creates it and binds it to mr_step.loss_scale. */
+    mr_val loss_scale;
 } mr_step_io;
 
 /* Builds a model's forward and loss for `batch` into nn (see mr_model_build). */
@@ -31,6 +36,8 @@ typedef struct mr_step {
     mr_plan *plan;
     mr_step_io io;
     int32_t n_forward; /* the plan's first n_forward kernels are the forward (mr_plan_run_range) */
+    float loss_scale;  /* training: the value io.loss_scale is bound to (1 after compilation); set it
+                        * before a run to scale the gradients */
 } mr_step;
 
 typedef struct mr_steps mr_steps;
@@ -47,8 +54,9 @@ void mr_steps_free(mr_steps *s); /* frees every step; NULL is a no-op */
  * *step stays valid until mr_steps_free. */
 mr_status mr_steps_get(mr_steps *s, int64_t batch, int train, mr_step **step) MR_WUR;
 
-/* The compute type of later compilations: MR_F32 (default) or MR_BF16 (mixed_bfloat16: linear
- * layers multiply in bf16 from f32 master weights). */
+/* The compute type of later compilations: MR_F32 (default), MR_BF16 (mixed_bfloat16) or MR_F16
+ * (mixed_float16): linear layers multiply in the low type from f32 master weights; reductions,
+ * softmax, norms and the loss stay f32. */
 void mr_steps_set_compute(mr_steps *s, mr_dtype compute);
 
 /* How many steps were compiled so far (each new batch size or mode adds one). */

@@ -7,7 +7,7 @@
  * Reports the median samples/s (tokens/s for gpt) over runs, the analytic training GFLOP/s
  * (3x the forward matmul/conv FLOPs, as torch_bench.py counts them) as a fraction of the
  * measured peak, the planned activation arena, and the process's peak RSS.
- * Usage: bench_models [--models mlp,cnn,gpt] [--steps N] [--runs R] [--warmup W] [--bf16]
+ * Usage: bench_models [--models mlp,cnn,gpt] [--steps N] [--runs R] [--warmup W] [--bf16 | --f16]
  * MIRROR_PROFILE=1 adds a per-op time breakdown of the forward+backward graph. */
 #include <math.h>
 #include <stdio.h>
@@ -148,8 +148,8 @@ int main(int argc, char **argv) {
     const char *models = "mlp,cnn,gpt";
     int steps = 30, runs = 3, warmup = 5;
     for (int i = 1; i < argc; i += 2) {
-        if (!strcmp(argv[i], "--bf16")) {
-            g_compute = MR_BF16;
+        if (!strcmp(argv[i], "--bf16") || !strcmp(argv[i], "--f16")) {
+            g_compute = !strcmp(argv[i], "--bf16") ? MR_BF16 : MR_F16;
             i--; /* a flag without a value */
             continue;
         }
@@ -174,7 +174,9 @@ int main(int argc, char **argv) {
     g_peak = peak_fp32(mr_cpu_threads());
     printf("# mirror training-step throughput, %d threads, GEMM: %s, measured fp32 peak %.0f GFLOP/s, %s\n",
            mr_cpu_threads(), mr_cpu_gemm_provider(), g_peak,
-           g_compute == MR_BF16 ? "mixed_bfloat16 (linear layers in bf16)" : "float32");
+           g_compute == MR_BF16  ? "mixed_bfloat16 (linear layers in bf16)"
+           : g_compute == MR_F16 ? "mixed_float16 (linear layers in f16, widened to f32 for the GEMM on this CPU)"
+                                 : "float32");
     if (strstr(models, "mlp")) run("mlp", mr_model_cfg_default(MR_MODEL_MLP), 256, steps, runs, warmup);
     if (strstr(models, "cnn")) run("cnn", mr_model_cfg_default(MR_MODEL_CNN), 128, steps, runs, warmup);
     if (strstr(models, "gpt")) run("gpt", mr_model_cfg_default(MR_MODEL_GPT), 32, steps, runs, warmup);

@@ -18,7 +18,7 @@
 
 static const mr_op_info g_ops[MR_OP_COUNT] = {
     [MR_OP_NONE] = {MR_OP_NONE, "none", 0, 0, MR_OP_NONE, NULL, NULL, NULL, {NULL, NULL}},
-    OP(MR_OP_GEMM, "gemm", 2, 1, MR_OP_NONE, gemm_fwd, NULL, CUDA_FN(mr_gemm_fwd_cuda)),
+    OP(MR_OP_GEMM, "gemm", 2, 1, MR_OP_NONE, gemm_fwd, mr_gemm_fwd_workspace, CUDA_FN(mr_gemm_fwd_cuda)),
     OP(MR_OP_ADD, "add", 2, 1, MR_OP_NONE, binary_fwd, NULL, CUDA_FN(mr_binary_fwd_cuda)),
     OP(MR_OP_SUB, "sub", 2, 1, MR_OP_NONE, binary_fwd, NULL, CUDA_FN(mr_binary_fwd_cuda)),
     OP(MR_OP_MUL, "mul", 2, 1, MR_OP_NONE, binary_fwd, NULL, CUDA_FN(mr_binary_fwd_cuda)),

@@ -52,6 +52,7 @@ mr_status mr_xent_check_labels(const mr_op_args *a, const int32_t *labels, int64
 int64_t mr_softmax_causal_cols(const mr_op_args *a, int64_t row, int64_t cols);
 
 /* Scratch bytes for the CPU conv kernels (im2col buffers, one per thread). */
+size_t mr_gemm_fwd_workspace(const mr_op_args *a); /* f16 inputs widened on the CPU */
 size_t mr_conv2d_fwd_workspace(const mr_op_args *a);
 size_t mr_conv2d_bwd_data_workspace(const mr_op_args *a);
 size_t mr_conv2d_bwd_filter_workspace(const mr_op_args *a);

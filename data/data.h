@@ -217,6 +217,9 @@ void mr_data_free(mr_dataset *ds);
  * and the batch size (0 when unbatched). */
 const mr_data_spec *mr_data_element_spec(const mr_dataset *ds);
 int64_t mr_data_batch_size(const mr_dataset *ds);
+/* Elements in the pipeline's underlying source (before any transform; for interleave, the sum of
+ * its inputs): an epoch's length for progress and checkpoint metadata. */
+int64_t mr_data_source_size(const mr_dataset *ds);
 /* Hash of the pipeline's structure (sources' kind, size and spec; transforms and their parameters,
  * except thread counts and prefetch depth, which do not change the sequence). */
 uint64_t mr_data_structure_hash(const mr_dataset *ds);

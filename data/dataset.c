@@ -320,6 +320,11 @@ mr_status mr_data_skip(mr_dataset *in, int64_t n, mr_dataset **out) {
     return transform_new(in, DS_SKIP, "skip", n, 0, 0, out);
 }
 
+int64_t mr_data_source_size(const mr_dataset *ds) {
+    while (ds->in) ds = ds->in;
+    return ds->src_n;
+}
+
 const mr_data_spec *mr_data_element_spec(const mr_dataset *ds) { return &ds->spec; }
 int64_t mr_data_batch_size(const mr_dataset *ds) { return ds->batch; }
 uint64_t mr_data_structure_hash(const mr_dataset *ds) { return ds->hash; }

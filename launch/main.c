@@ -1,4 +1,4 @@
-/* The `mirror` command line: train, sweep, version, help. Library code reports through mr_status;
+/* The `mirror` command line: train, eval, inspect, sweep, version, help. Library code reports through mr_status;
  * this file alone decides exit codes (0 success, 1 a run-time failure, 2 a usage or configuration
  * error) and prints "mirror: error: ..." with a HINT line. */
 #include <errno.h>
@@ -6,8 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
+#include "checkpoint/ckpt.h"
 #include "launch/config.h"
 #include "launch/trainer.h"
 
@@ -32,8 +35,26 @@ static const char *g_train_help =
     "\n"
     "Trains the model of CONFIG on its data, printing progress (step, loss, learning rate, samples/s,\n"
     "where the step time goes, ETA), evaluating every train.eval_every steps and at the end. Writes\n"
-    "<checkpoint.dir>/config.yaml (the resolved configuration) and <checkpoint.dir>/metrics.jsonl.\n"
+    "<checkpoint.dir>/config.yaml (the resolved configuration), <checkpoint.dir>/metrics.jsonl and\n"
+    "checkpoints <checkpoint.dir>/ckpt-NNNNNNNN.h5 every checkpoint.every steps and at the end.\n"
+    "With checkpoint.resume: auto (the default) a run starts from the newest complete checkpoint in\n"
+    "checkpoint.dir and continues bit for bit as if it had never stopped. SIGTERM or SIGUSR1\n"
+    "(preemption) saves a checkpoint after the current step and exits with 128 + the signal.\n"
     "Exit status: 0 on success, 2 for a bad configuration, 1 when training fails.\n";
+
+static const char *g_eval_help =
+    "usage: mirror eval CONFIG [--checkpoint PATH] [--set key=value ...]\n"
+    "\n"
+    "Loads the parameters of PATH (a mirror checkpoint, or any HDF5 file with /params/<name>\n"
+    "datasets, e.g. written from a PyTorch state_dict with h5py; default: the newest checkpoint in\n"
+    "checkpoint.dir) into CONFIG's model and prints the loss and accuracy (or perplexity) on\n"
+    "CONFIG's evaluation data. Exit status: 0, 2 for a bad configuration or checkpoint, 1 otherwise.\n";
+
+static const char *g_inspect_help =
+    "usage: mirror inspect PATH\n"
+    "\n"
+    "Prints what the checkpoint PATH holds: step, epoch, loss scale, the optimizer and its\n"
+    "hyperparameters, every parameter with its shape, and the experiment's configuration.\n";
 
 static const char *g_sweep_help =
     "usage: mirror sweep CONFIG [--set key=value ...]\n"
@@ -94,9 +115,18 @@ static mr_status to_train_cfg(const mr_experiment *e, const char *run_dir, mr_tr
     c->seed = (uint64_t)e->seed;
     c->run_dir = run_dir;
     if (e->precision.policy == MR_PREC_MIXED_BF16) c->compute = MR_BF16;
-    else if (e->precision.policy != MR_PREC_F32)
-        return mr_set_error(MR_ERR_UNSUPPORTED, "precision.policy: mixed_float16 is not implemented yet "
-                                                "(mixed_bfloat16 and float32 are)");
+    if (e->precision.policy == MR_PREC_MIXED_F16) c->compute = MR_F16;
+    c->loss_scaler = mr_loss_scaler_default();
+    c->loss_scaler.scale = e->precision.loss_scale.initial;
+    c->loss_scaler.growth_factor = e->precision.loss_scale.growth_factor;
+    c->loss_scaler.backoff_factor = e->precision.loss_scale.backoff_factor;
+    c->loss_scaler.min_scale = e->precision.loss_scale.min;
+    c->loss_scaler.growth_interval = e->precision.loss_scale.growth_interval;
+    c->ckpt_dir = run_dir;
+    c->ckpt_every = e->checkpoint.every;
+    c->ckpt_keep = e->checkpoint.keep;
+    c->resume = e->checkpoint.resume;
+    c->init_from = e->checkpoint.init_from[0] ? e->checkpoint.init_from : NULL;
     const mr_data_cfg *tr = &e->data.train, *ev = &e->data.eval;
     if (tr->source == MR_SRC_IDX) {
         c->train_images = tr->images;
@@ -147,11 +177,28 @@ static mr_status save_config(const mr_experiment *e, const char *dir) {
 
 static mr_status run_one(const mr_experiment *e, const char *dir, mr_train_result *r) {
     mr_train_cfg c;
+    char *yaml = NULL;
     mr_status st = mr_mkdirs(dir);
     if (st == MR_OK) st = save_config(e, dir);
     if (st == MR_OK) st = to_train_cfg(e, dir, &c);
+    if (st == MR_OK) st = mr_experiment_to_yaml(e, &yaml);
+    c.config_text = yaml;
     if (st == MR_OK) st = mr_train(&c, r);
+    free(yaml);
     return st;
+}
+
+static void on_preempt(int signo) { mr_train_request_stop(signo); }
+
+/* SIGTERM (Slurm, Kubernetes, mpirun's teardown) and SIGUSR1 (Slurm's --signal=USR1@N warning)
+ * make the trainer checkpoint and stop after the current step. */
+static void install_preemption_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_preempt;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
 }
 
 static int cmd_train(int argc, char **argv) {
@@ -169,16 +216,183 @@ static int cmd_train(int argc, char **argv) {
     char dir[MR_CFG_PATH_MAX];
     snprintf(dir, sizeof dir, "%s", e.checkpoint.dir[0] ? e.checkpoint.dir : "runs/default");
     mr_train_result r;
+    install_preemption_handlers();
     st = run_one(&e, dir, &r);
     mr_experiment_deinit(&e);
     if (st == MR_ERR_UNSUPPORTED || st == MR_ERR_INVALID) return fail(EXIT_USAGE, "change the setting named above");
-    if (st != MR_OK) return fail(EXIT_RUNTIME, "see the message above; metrics so far are in the run directory");
+    if (st != MR_OK)
+        return fail(EXIT_RUNTIME, "see the message above; metrics so far and the last checkpoint are in the run "
+                                  "directory (running the same command resumes from it)");
+    if (r.stopped_by) {
+        printf("stopped by signal %d after step %lld; checkpoint %s; run the same command to resume\n", r.stopped_by,
+               (long long)r.steps, r.checkpoint[0] ? r.checkpoint : "(none: checkpoint.dir is not set)");
+        return 128 + r.stopped_by;
+    }
     printf("trained %lld steps in %.1f s: loss %.4f", (long long)r.steps, r.seconds, r.last_loss);
+    if (r.skipped_steps) printf(" (%lld steps skipped by the loss scaler, scale %g)", (long long)r.skipped_steps, r.loss_scale);
     if (!isnan(r.eval_accuracy)) printf(", eval accuracy %.4f", r.eval_accuracy);
     if (!isnan(r.eval_perplexity)) printf(", eval perplexity %.3f", r.eval_perplexity);
     printf("; run directory %s\n", dir);
     if (r.sample[0]) printf("\nsample:\n%s\n", r.sample);
     return 0;
+}
+
+static int cmd_eval(int argc, char **argv) {
+    if (argc < 3 || !strcmp(argv[2], "--help") || !strcmp(argv[2], "-h")) {
+        fputs(g_eval_help, argc < 3 ? stderr : stdout);
+        return argc < 3 ? EXIT_USAGE : 0;
+    }
+    /* --checkpoint PATH is taken out; the rest are --set overrides */
+    const char *ckpt = NULL;
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    if (!rest) return fail(EXIT_RUNTIME, NULL);
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (i >= 3 && !strcmp(argv[i], "--checkpoint") && i + 1 < argc) ckpt = argv[++i];
+        else if (i >= 3 && !strncmp(argv[i], "--checkpoint=", 13)) ckpt = argv[i] + 13;
+        else rest[n++] = argv[i];
+    }
+    mr_experiment e = mr_experiment_default();
+    mr_status st = load(n, rest, 3, &e);
+    free(rest);
+    int code = 0;
+    char latest[4096], dir[MR_CFG_PATH_MAX];
+    mr_train_cfg c;
+    mr_train_result r;
+    if (st != MR_OK) {
+        code = fail(EXIT_USAGE, "fix the key named above in the config file or the --set argument");
+        goto done;
+    }
+    snprintf(dir, sizeof dir, "%s", e.checkpoint.dir[0] ? e.checkpoint.dir : "runs/default");
+    if (!ckpt) {
+        int64_t step = 0;
+        int found = 0;
+        if (mr_ckpt_latest(dir, latest, sizeof latest, &step, &found) != MR_OK) {
+            code = fail(EXIT_RUNTIME, NULL);
+            goto done;
+        }
+        if (!found) {
+            fprintf(stderr, "mirror: error: no checkpoint in '%s'\nHINT: train first, or name one with --checkpoint PATH\n", dir);
+            code = EXIT_USAGE;
+            goto done;
+        }
+        ckpt = latest;
+    }
+    st = to_train_cfg(&e, NULL, &c);
+    if (st == MR_OK) {
+        c.quiet = 1;
+        st = mr_evaluate_checkpoint(&c, ckpt, &r);
+    }
+    if (st != MR_OK) {
+        code = fail(st == MR_ERR_NOMEM || st == MR_ERR_INTERNAL ? EXIT_RUNTIME : EXIT_USAGE,
+                    "check that the checkpoint belongs to this config's model (mirror inspect PATH shows it)");
+        goto done;
+    }
+    printf("%s (step %lld): eval loss %.4f", ckpt, (long long)r.steps, r.eval_loss);
+    if (!isnan(r.eval_accuracy)) printf(", accuracy %.4f", r.eval_accuracy);
+    if (!isnan(r.eval_perplexity)) printf(", perplexity %.3f", r.eval_perplexity);
+    printf(" (%.1f s)\n", r.seconds);
+done:
+    mr_experiment_deinit(&e);
+    return code;
+}
+
+/* One line per dataset under group: name, dtype, shape and the CRC-32 of its f32 values (equal
+ * CRCs across files: equal parameters; tests/e2e/checkpoint.sh compares runs with it). */
+static mr_status print_group(const mr_ckpt_reader *rd, const char *group, int64_t *total) {
+    char **names = NULL;
+    int nn = 0;
+    mr_status st = mr_ckpt_list(rd, group, &names, &nn);
+    if (st == MR_ERR_NOT_FOUND) { /* e.g. a foreign file has no optimizer state */
+        printf("  (none)\n");
+        return MR_OK;
+    }
+    for (int i = 0; st == MR_OK && i < nn; i++) {
+        char p[1024], dims[256] = "";
+        mr_dtype dt;
+        mr_shape sh;
+        snprintf(p, sizeof p, "%s/%s", group, names[i]);
+        if ((st = mr_ckpt_info(rd, p, &dt, &sh)) != MR_OK) break;
+        for (int d = 0; d < sh.ndim; d++)
+            snprintf(dims + strlen(dims), sizeof dims - strlen(dims), "%s%lld", d ? ", " : "", (long long)sh.dim[d]);
+        int64_t n = mr_shape_numel(&sh);
+        float *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+        if (!v) {
+            st = mr_set_error(MR_ERR_NOMEM, "inspect: out of memory");
+            break;
+        }
+        if (dt == MR_F32 || dt == MR_F64) st = mr_ckpt_read(rd, p, MR_F32, &sh, v);
+        if (st == MR_OK)
+            printf("  %-40s %-4s (%s)  crc32 %08lx\n", names[i], mr_dtype_name(dt), dims,
+                   dt == MR_F32 || dt == MR_F64 ? crc32(0L, (const Bytef *)v, (uInt)((size_t)n * sizeof *v)) : 0UL);
+        free(v);
+        *total += n;
+    }
+    mr_ckpt_names_free(names, nn);
+    return st;
+}
+
+static int cmd_inspect(int argc, char **argv) {
+    if (argc < 3 || !strcmp(argv[2], "--help") || !strcmp(argv[2], "-h")) {
+        fputs(g_inspect_help, argc < 3 ? stderr : stdout);
+        return argc < 3 ? EXIT_USAGE : 0;
+    }
+    if (argc > 3) {
+        fprintf(stderr, "mirror: error: inspect takes one checkpoint path, got %d arguments\nHINT: mirror inspect PATH\n",
+                argc - 2);
+        return EXIT_USAGE;
+    }
+    const char *path = argv[2];
+    mr_ckpt_reader *rd = NULL;
+    char **names = NULL, **attrs = NULL;
+    int nn = 0, na = 0, code = 0;
+    if (mr_ckpt_open(path, MR_CKPT_FOREIGN, &rd) != MR_OK || mr_ckpt_attr_names(rd, &attrs, &na) != MR_OK ||
+        mr_ckpt_list(rd, "params", &names, &nn) != MR_OK) {
+        code = fail(EXIT_USAGE, "the file is not a readable checkpoint; mirror keeps the previous ones next to it");
+        goto done;
+    }
+    printf("%s\n", path);
+    char *config = NULL;
+    for (int i = 0; i < na; i++) {
+        char *sv = NULL;
+        int64_t iv = 0;
+        double dv = 0;
+        if (!strcmp(attrs[i], "config")) continue; /* printed last */
+        if (mr_ckpt_attr_str(rd, attrs[i], &sv) == MR_OK) {
+            printf("  %-24s %s\n", attrs[i], sv);
+            free(sv);
+        } else if (mr_ckpt_attr_i64(rd, attrs[i], &iv) == MR_OK) {
+            printf("  %-24s %lld\n", attrs[i], (long long)iv);
+        } else if (mr_ckpt_attr_f64(rd, attrs[i], &dv) == MR_OK) {
+            char num[64]; /* the shortest text that reads back as the same double */
+            for (int prec = 6; prec <= 17; prec++) {
+                snprintf(num, sizeof num, "%.*g", prec, dv);
+                if (strtod(num, NULL) == dv) break;
+            }
+            printf("  %-24s %s\n", attrs[i], num);
+        }
+    }
+    int64_t total = 0;
+    printf("parameters (%d):\n", nn);
+    if (print_group(rd, "params", &total) != MR_OK) {
+        code = fail(EXIT_RUNTIME, "the file is damaged: resume falls back to the checkpoint before it");
+        goto done;
+    }
+    printf("  total %lld values\n", (long long)total);
+    int64_t ototal = 0;
+    printf("optimizer state:\n");
+    if (print_group(rd, "optimizer", &ototal) != MR_OK) {
+        code = fail(EXIT_RUNTIME, "the file is damaged: resume falls back to the checkpoint before it");
+        goto done;
+    }
+    if (mr_ckpt_attr_str(rd, "config", &config) == MR_OK && config[0]) printf("config:\n%s", config);
+    free(config);
+    if (mr_ckpt_verify(path) != MR_OK) code = fail(EXIT_RUNTIME, "the file is damaged: resume falls back to the checkpoint before it");
+done:
+    mr_ckpt_names_free(names, nn);
+    mr_ckpt_names_free(attrs, na);
+    mr_ckpt_close(rd);
+    return code;
 }
 
 typedef struct trial_row {
@@ -281,6 +495,8 @@ int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         if (argc >= 3 && !strcmp(argv[2], "train")) fputs(g_train_help, stdout);
         else if (argc >= 3 && !strcmp(argv[2], "sweep")) fputs(g_sweep_help, stdout);
+        else if (argc >= 3 && !strcmp(argv[2], "eval")) fputs(g_eval_help, stdout);
+        else if (argc >= 3 && !strcmp(argv[2], "inspect")) fputs(g_inspect_help, stdout);
         else fputs(g_usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_USAGE : 0;
     }
@@ -290,6 +506,8 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "train")) return cmd_train(argc, argv);
     if (!strcmp(argv[1], "sweep")) return cmd_sweep(argc, argv);
+    if (!strcmp(argv[1], "eval")) return cmd_eval(argc, argv);
+    if (!strcmp(argv[1], "inspect")) return cmd_inspect(argc, argv);
     fprintf(stderr, "mirror: error: unknown command '%s'\nHINT: mirror --help lists the commands\n", argv[1]);
     return EXIT_USAGE;
 }

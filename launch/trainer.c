@@ -1,9 +1,11 @@
-/* The training loop (see trainer.h). */
-#include "launch/trainer.h"
-#include "autodiff/steps.h"
+/* The training loop (see trainer.h): pipelines, compiled steps, loss scaling, the optimizer,
+ * evaluation, metrics and checkpoints (their contents: trainer_ckpt.c). */
+#include "launch/trainer_impl.h"
+#include "checkpoint/ckpt.h"
 #include "core/log.h"
-#include "data/data.h"
 #include "core/math/philox_math.h"
+
+#include <signal.h>
 
 #include <errno.h>
 #include <math.h>
@@ -51,10 +53,7 @@ static mr_status normalize_image(void *ctx, const void *const in[], void *const 
     return MR_OK;
 }
 
-typedef struct pipeline {
-    mr_dataset *ds;
-    mr_data_iter *it;
-} pipeline;
+typedef tr_pipeline pipeline;
 
 static void pipeline_free(pipeline *p) {
     mr_data_iter_free(p->it);
@@ -281,80 +280,191 @@ mr_status mr_mkdirs(const char *dir) {
     return MR_OK;
 }
 
+/* Set from a signal handler; the only mutable global here, because a handler can reach nothing
+ * else. The loop reads it between steps. */
+static volatile sig_atomic_t g_stop_signal;
+
+void mr_train_request_stop(int signo) { g_stop_signal = signo > 0 ? signo : SIGTERM; }
+
+static void trainer_free(trainer *t) {
+    pipeline_free(&t->train);
+    mr_optim_free(t->opt);
+    mr_steps_free(t->steps);
+    mr_params_free(t->ps);
+    memset(t, 0, sizeof *t);
+}
+
+/* The model (sized from the data), its compiled training step, initial parameters and the
+ * optimizer: a run at step 0. The training pipeline is built for micro-batches. */
+static mr_status trainer_init(trainer *t, const mr_train_cfg *cfg, int with_optim) {
+    mr_status st = MR_OK;
+    memset(t, 0, sizeof *t);
+    t->c = *cfg;
+    mr_train_cfg *c = &t->c;
+    MR_TRY(check_cfg(c));
+    if (c->schedule.total == 0) c->schedule.total = c->steps;
+    MR_CHECK(c->compute == MR_F32 || c->compute == MR_BF16 || c->compute == MR_F16, MR_ERR_UNSUPPORTED,
+             "precision.policy: compute type %s is not supported by the trainer", mr_dtype_name(c->compute));
+    const int64_t micro = c->batch / c->accumulate;
+    MR_TRY(make_pipeline(c, 1, micro, &t->image_numel, &t->train));
+    t->train_size = mr_data_source_size(t->train.ds);
+    if (c->model.type == MR_MODEL_MLP) c->model.sizes[0] = t->image_numel;
+    if (c->model.type == MR_MODEL_CNN) {
+        const mr_data_spec *sp = mr_data_element_spec(t->train.ds);
+        c->model.in_channels = 1;
+        c->model.height = sp->comp[0].shape.dim[1];
+        c->model.width = sp->comp[0].shape.dim[2];
+    }
+    if (c->model.type == MR_MODEL_GPT && c->train_text) {
+        const int32_t *vocab = NULL;
+        int64_t nvocab = 0;
+        MR_TRY(mr_data_text_vocab(t->train.ds, &vocab, &nvocab));
+        if (c->model.vocab != nvocab && !c->quiet)
+            mr_log_info("model.vocab: %lld characters in %s (the config said %lld)", (long long)nvocab, c->train_text,
+                        (long long)c->model.vocab);
+        c->model.vocab = nvocab;
+    }
+    MR_TRY(mr_params_new(&t->ps));
+    MR_TRY(mr_steps_new(mr_model_step_build, &t->c.model, t->ps, MR_DEVICE_CPU, &t->steps));
+    mr_steps_set_compute(t->steps, c->compute);
+    mr_step *s = NULL;
+    MR_TRY(mr_steps_get(t->steps, micro, 1, &s)); /* registers and allocates the parameters */
+    MR_TRY(mr_params_init(t->ps, c->seed));
+    t->n = mr_params_buffer_numel(t->ps);
+    if (with_optim) MR_TRY(mr_optim_new(&c->optim, t->n, &t->opt));
+    t->scaling = c->loss_scaling > 0 || (c->loss_scaling == 0 && c->compute == MR_F16);
+    t->scaler = c->loss_scaler.scale > 0 ? c->loss_scaler : mr_loss_scaler_default();
+    t->scaler.good_steps = t->scaler.skipped = 0;
+    return MR_OK;
+fail:
+    trainer_free(t);
+    return st;
+}
+
+/* metrics.jsonl of a resumed run: the lines up to the checkpoint's step are kept (a run killed
+ * after its last checkpoint logged steps that will be logged again), then appended to. */
+static mr_status open_metrics(const char *run_dir, int64_t keep_upto, FILE **out) {
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    *out = NULL;
+    if (keep_upto > 0) {
+        FILE *in = fopen(path, "r");
+        if (in) {
+            snprintf(tmp, sizeof tmp, "%s.tmp", path);
+            FILE *o = fopen(tmp, "w");
+            if (!o) {
+                fclose(in);
+                return mr_set_error(MR_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
+            }
+            char line[4096];
+            while (fgets(line, sizeof line, in)) {
+                long long step = -1;
+                if (sscanf(line, "{\"step\": %lld", &step) == 1 && step <= keep_upto && strchr(line, '\n'))
+                    fputs(line, o);
+            }
+            fclose(in);
+            int bad = ferror(o);
+            bad |= fclose(o) != 0;
+            if (bad || rename(tmp, path) != 0) {
+                remove(tmp);
+                return mr_set_error(MR_ERR_IO, "cannot rewrite '%s': %s", path, strerror(errno));
+            }
+        }
+    }
+    *out = fopen(path, keep_upto > 0 ? "a" : "w");
+    if (!*out) return mr_set_error(MR_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+    return MR_OK;
+}
+
+/* The checkpoint to resume from: "auto" -> the newest complete one in ckpt_dir (none: start
+ * fresh), a path -> that file, "never"/NULL/"" -> none. */
+static mr_status pick_resume(const mr_train_cfg *c, char *path, size_t cap, int *found) {
+    *found = 0;
+    if (!c->resume || !*c->resume || !strcmp(c->resume, "never")) return MR_OK;
+    if (!strcmp(c->resume, "auto")) {
+        if (!c->ckpt_dir) return MR_OK;
+        int64_t step = 0;
+        return mr_ckpt_latest(c->ckpt_dir, path, cap, &step, found);
+    }
+    snprintf(path, cap, "%s", c->resume);
+    *found = 1;
+    return MR_OK;
+}
+
+static mr_status save_checkpoint(const trainer *t, mr_train_result *res) {
+    char path[4096];
+    mr_status st = MR_OK;
+    MR_TRY(mr_mkdirs(t->c.ckpt_dir));
+    mr_ckpt_path(t->c.ckpt_dir, t->step, path, sizeof path);
+    double t0 = now_s();
+    MR_TRY(tr_ckpt_save(t, path));
+    if (t->c.ckpt_keep > 0) MR_TRY(mr_ckpt_prune(t->c.ckpt_dir, (int)t->c.ckpt_keep));
+    snprintf(res->checkpoint, sizeof res->checkpoint, "%s", path);
+    if (!t->c.quiet) mr_log_info("saved %s (%.2f s)", path, now_s() - t0);
+fail:
+    return st;
+}
+
 mr_status mr_train(const mr_train_cfg *cfg, mr_train_result *res) {
     mr_status st = MR_OK;
-    mr_train_cfg c = *cfg;
-    mr_params *ps = NULL;
-    mr_steps *steps = NULL;
-    mr_optim *opt = NULL;
-    pipeline train;
+    trainer tr;
     FILE *metrics = NULL;
     float *acc = NULL;
-    memset(&train, 0, sizeof train);
     memset(res, 0, sizeof *res);
     res->eval_loss = res->eval_accuracy = res->eval_perplexity = NAN;
-    MR_TRY(check_cfg(&c));
-    if (c.schedule.total == 0) c.schedule.total = c.steps;
-    const int64_t micro = c.batch / c.accumulate;
-    int64_t numel = 0;
-    MR_TRY(make_pipeline(&c, 1, micro, &numel, &train));
-    if (c.model.type == MR_MODEL_MLP) c.model.sizes[0] = numel;
-    if (c.model.type == MR_MODEL_CNN) {
-        const mr_data_spec *sp = mr_data_element_spec(train.ds);
-        c.model.in_channels = 1;
-        c.model.height = sp->comp[0].shape.dim[1];
-        c.model.width = sp->comp[0].shape.dim[2];
-    }
+    MR_TRY(trainer_init(&tr, cfg, 1));
+    const mr_train_cfg *c = &tr.c;
+    const int64_t micro = c->batch / c->accumulate, n = tr.n;
     const int32_t *vocab = NULL;
     int64_t nvocab = 0;
-    if (c.model.type == MR_MODEL_GPT && c.train_text) {
-        MR_TRY(mr_data_text_vocab(train.ds, &vocab, &nvocab));
-        if (c.model.vocab != nvocab && !c.quiet)
-            mr_log_info("model.vocab: %lld characters in %s (the config said %lld)", (long long)nvocab, c.train_text,
-                        (long long)c.model.vocab);
-        c.model.vocab = nvocab;
-    }
-    MR_TRY(mr_params_new(&ps));
-    MR_TRY(mr_steps_new(mr_model_step_build, &c.model, ps, MR_DEVICE_CPU, &steps));
-    MR_CHECK(c.compute == MR_F32 || c.compute == MR_BF16, MR_ERR_UNSUPPORTED,
-             "precision.policy: compute type %s is not supported by the trainer", mr_dtype_name(c.compute));
-    mr_steps_set_compute(steps, c.compute);
+    if (c->model.type == MR_MODEL_GPT && c->train_text) MR_TRY(mr_data_text_vocab(tr.train.ds, &vocab, &nvocab));
     mr_step *s = NULL;
-    MR_TRY(mr_steps_get(steps, micro, 1, &s));
-    MR_TRY(mr_params_init(ps, c.seed));
-    const int64_t n = mr_params_buffer_numel(ps);
-    MR_TRY(mr_optim_new(&c.optim, n, &opt));
-    float *params = mr_params_buffer(ps), *grads = mr_params_grad_buffer(ps);
-    if (c.accumulate > 1) {
+    MR_TRY(mr_steps_get(tr.steps, micro, 1, &s));
+    char rpath[4096];
+    int resume = 0;
+    MR_TRY(pick_resume(c, rpath, sizeof rpath, &resume));
+    if (resume) {
+        MR_TRY(tr_ckpt_load(&tr, rpath));
+        res->resumed_from = tr.step;
+        if (!c->quiet) mr_log_info("resumed from %s at step %lld", rpath, (long long)tr.step);
+    } else if (c->init_from && *c->init_from) {
+        int64_t unused = 0;
+        MR_TRY(tr_load_params(tr.ps, c->init_from, 1, &unused));
+        if (!c->quiet) mr_log_info("parameters initialised from %s", c->init_from);
+    }
+    float *params = mr_params_buffer(tr.ps), *grads = mr_params_grad_buffer(tr.ps);
+    if (c->accumulate > 1) {
         acc = calloc((size_t)n, sizeof *acc);
         MR_CHECK(acc, MR_ERR_NOMEM, "trainer: out of memory for the accumulation buffer");
     }
-    if (c.run_dir) {
-        MR_TRY(mr_mkdirs(c.run_dir));
-        char path[4096];
-        snprintf(path, sizeof path, "%s/metrics.jsonl", c.run_dir);
-        metrics = fopen(path, "w");
-        MR_CHECK(metrics, MR_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+    if (c->run_dir) {
+        MR_TRY(mr_mkdirs(c->run_dir));
+        MR_TRY(open_metrics(c->run_dir, tr.step, &metrics));
     }
     const int tty = isatty(STDOUT_FILENO);
     const double t_start = now_s();
-    double t_data = 0, t_fwd = 0, t_bwd = 0, t_opt = 0, loss_sum = 0, t_log = t_start;
-    int64_t interval = 0;
-    if (!c.quiet)
-        mr_log_info("training %lld parameters for %lld steps, batch %lld, GEMM: %s", (long long)mr_params_total(ps),
-                    (long long)c.steps, (long long)c.batch, mr_cpu_gemm_provider());
-    for (int64_t step = 0; step < c.steps; step++) {
+    double t_data = 0, t_fwd = 0, t_bwd = 0, t_opt = 0, t_log = t_start;
+    int64_t timed = 0; /* steps since the last log line */
+    if (!c->quiet)
+        mr_log_info("training %lld parameters for %lld steps, batch %lld, %s%s, GEMM: %s",
+                    (long long)mr_params_total(tr.ps), (long long)c->steps, (long long)c->batch,
+                    c->compute == MR_F32 ? "float32" : c->compute == MR_BF16 ? "mixed_bfloat16" : "mixed_float16",
+                    tr.scaling ? " with dynamic loss scaling" : "", mr_cpu_gemm_provider());
+    g_stop_signal = 0;
+    while (tr.step < c->steps) {
+        const int64_t step = tr.step; /* 0-based index of this step */
         double step_loss = 0;
-        for (int64_t m = 0; m < c.accumulate; m++) {
+        s->loss_scale = tr.scaling ? (float)tr.scaler.scale : 1.0f;
+        for (int64_t m = 0; m < c->accumulate; m++) {
             mr_data_elem e;
             int end = 0;
             double t0 = now_s();
-            MR_TRY(mr_data_iter_next(train.it, &e, &end));
+            MR_TRY(mr_data_iter_next(tr.train.it, &e, &end));
             MR_CHECK(!end, MR_ERR_INVALID, "data.train: the training data is empty");
             double t1 = now_s();
             MR_TRY(mr_plan_bind(s->plan, s->io.x, e.data[0]));
             MR_TRY(mr_plan_bind(s->plan, s->io.y, e.data[1]));
-            mr_plan_set_dropout_step(s->plan, (uint64_t)(step * c.accumulate + m)); /* fresh masks each micro-step */
+            mr_plan_set_dropout_step(s->plan, (uint64_t)(step * c->accumulate + m)); /* fresh masks each micro-step */
             MR_TRY(mr_plan_run_range(s->plan, 0, s->n_forward));
             double t2 = now_s();
             MR_TRY(mr_plan_run_range(s->plan, s->n_forward, mr_plan_num_kernels(s->plan)));
@@ -365,91 +475,174 @@ mr_status mr_train(const mr_train_cfg *cfg, mr_train_result *res) {
             step_loss += *(const float *)mr_plan_data(s->plan, s->io.loss);
             if (acc) {
                 /* the gradients of micro-batch means, averaged: the gradient of the batch mean */
-                const float w = 1.0f / (float)c.accumulate;
+                const float w = 1.0f / (float)c->accumulate;
                 if (m == 0)
                     for (int64_t i = 0; i < n; i++) acc[i] = w * grads[i];
                 else
                     for (int64_t i = 0; i < n; i++) acc[i] += w * grads[i];
             }
         }
-        step_loss /= (double)c.accumulate;
-        MR_CHECK(isfinite(step_loss), MR_ERR_INVALID,
-                 "non-finite loss (%g) at step %lld; HINT: lower optimizer.lr or set optimizer.grad_clip", step_loss,
-                 (long long)step);
+        step_loss /= (double)c->accumulate;
         double t4 = now_s();
         float *g = acc ? acc : grads;
-        double norm = 0;
-        if (c.grad_clip > 0) mr_clip_grad_norm(g, n, c.grad_clip, &norm);
-        double lr = mr_schedule_lr(&c.schedule, c.optim.lr, step);
-        MR_TRY(mr_optim_step(opt, params, g, lr));
+        if (c->inject_nonfinite_at == step + 1) g[n / 2] = INFINITY;
+        int apply = 1;
+        if (tr.scaling) {
+            /* GradScaler: a non-finite gradient (or loss) skips the update and halves the scale */
+            int finite = isfinite(step_loss) && mr_grads_finite(g, n);
+            double scale = tr.scaler.scale;
+            apply = mr_loss_scaler_update(&tr.scaler, finite);
+            MR_CHECK(apply || scale > tr.scaler.min_scale || isfinite(step_loss), MR_ERR_INVALID,
+                     "non-finite loss (%g) at step %lld with the loss scale at its floor (%g); HINT: lower "
+                     "optimizer.lr, set optimizer.grad_clip, or use mixed_bfloat16",
+                     step_loss, (long long)step, tr.scaler.min_scale);
+            if (apply) mr_grads_unscale(g, n, scale);
+        } else {
+            MR_CHECK(isfinite(step_loss), MR_ERR_INVALID,
+                     "non-finite loss (%g) at step %lld; HINT: lower optimizer.lr or set optimizer.grad_clip", step_loss,
+                     (long long)step);
+            if (c->inject_nonfinite_at == step + 1) apply = 0; /* an injected inf without a scaler: drop it */
+        }
+        double lr = mr_schedule_lr(&c->schedule, c->optim.lr, step);
+        if (apply) {
+            double norm = 0;
+            if (c->grad_clip > 0) mr_clip_grad_norm(g, n, c->grad_clip, &norm);
+            MR_TRY(mr_optim_step(tr.opt, params, g, lr));
+        }
         t_opt += now_s() - t4;
-        loss_sum += step_loss;
-        interval++;
-        int last = step + 1 == c.steps;
-        if ((c.log_every > 0 && (step + 1) % c.log_every == 0) || last) {
-            double t = now_s(), k = (double)interval;
-            double sps = (double)(c.batch * interval) / (t - t_log);
-            res->last_loss = loss_sum / k;
+        if (isfinite(step_loss)) { /* a skipped overflow step does not poison the interval's mean */
+            tr.loss_sum += step_loss;
+            tr.interval++;
+        }
+        tr.step++;
+        timed++;
+        if (c->on_step) {
+            mr_train_state ts = {tr.step, tr.ps, tr.opt, tr.scaling ? &tr.scaler : NULL, !apply, step_loss};
+            c->on_step(c->on_step_ctx, &ts);
+        }
+        int last = tr.step == c->steps;
+        if ((c->log_every > 0 && tr.step % c->log_every == 0) || last) {
+            double t = now_s(), k = (double)(tr.interval > 0 ? tr.interval : 1);
+            double steps_timed = (double)(timed > 0 ? timed : 1);
+            double sps = (double)c->batch * steps_timed / (t - t_log);
+            res->last_loss = tr.interval > 0 ? tr.loss_sum / k : NAN;
+            double scale_now = tr.scaling ? tr.scaler.scale : 1.0;
             if (metrics) {
                 fprintf(metrics,
-                        "{\"step\": %lld, \"time\": %.3f, \"loss\": %.6f, \"lr\": %.6g, \"loss_scale\": 1, "
-                        "\"samples_per_s\": %.1f, \"data_wait_s\": %.6f, \"forward_s\": %.6f, \"backward_s\": %.6f, "
-                        "\"communication_s\": 0, \"optimizer_s\": %.6f}\n",
-                        (long long)(step + 1), t - t_start, res->last_loss, lr, sps, t_data / k, t_fwd / k, t_bwd / k,
-                        t_opt / k);
+                        "{\"step\": %lld, \"time\": %.3f, \"loss\": %.6f, \"lr\": %.6g, \"loss_scale\": %g, "
+                        "\"skipped_steps\": %lld, \"samples_per_s\": %.1f, \"data_wait_s\": %.6f, \"forward_s\": %.6f, "
+                        "\"backward_s\": %.6f, \"communication_s\": 0, \"optimizer_s\": %.6f}\n",
+                        (long long)tr.step, t - t_start, res->last_loss, lr, scale_now,
+                        (long long)(tr.scaling ? tr.scaler.skipped : 0), sps, t_data / steps_timed,
+                        t_fwd / steps_timed, t_bwd / steps_timed, t_opt / steps_timed);
                 fflush(metrics);
             }
-            if (!c.quiet) {
-                double eta = (t - t_start) / (double)(step + 1) * (double)(c.steps - step - 1);
-                printf("%sstep %lld/%lld  loss %.4f  lr %.3g  %.0f samples/s  data %.0f%% fwd %.0f%% bwd %.0f%% "
+            if (!c->quiet) {
+                double eta = (t - t_start) / (double)(tr.step - res->resumed_from) * (double)(c->steps - tr.step);
+                char scale_txt[64] = "";
+                if (tr.scaling)
+                    snprintf(scale_txt, sizeof scale_txt, "  scale %g (%lld skipped)", tr.scaler.scale,
+                             (long long)tr.scaler.skipped);
+                printf("%sstep %lld/%lld  loss %.4f  lr %.3g%s  %.0f samples/s  data %.0f%% fwd %.0f%% bwd %.0f%% "
                        "opt %.0f%%  ETA %.0fs%s",
-                       tty ? "\r" : "", (long long)(step + 1), (long long)c.steps, res->last_loss, lr, sps,
+                       tty ? "\r" : "", (long long)tr.step, (long long)c->steps, res->last_loss, lr, scale_txt, sps,
                        100 * t_data / (t - t_log), 100 * t_fwd / (t - t_log), 100 * t_bwd / (t - t_log),
                        100 * t_opt / (t - t_log), eta, tty ? "   " : "\n");
                 fflush(stdout);
             }
             t_log = t;
-            t_data = t_fwd = t_bwd = t_opt = loss_sum = 0;
-            interval = 0;
+            t_data = t_fwd = t_bwd = t_opt = tr.loss_sum = 0;
+            tr.interval = timed = 0;
         }
-        if ((c.eval_every > 0 && (step + 1) % c.eval_every == 0) || last) {
-            if (!(c.model.type == MR_MODEL_GPT ? (c.eval_tokens || c.eval_text) : c.eval_images != NULL)) continue;
+        const int have_eval = c->model.type == MR_MODEL_GPT ? (c->eval_tokens || c->eval_text) : c->eval_images != NULL;
+        if (have_eval && ((c->eval_every > 0 && tr.step % c->eval_every == 0) || last)) {
             eval_out ev;
-            MR_TRY(evaluate(&c, steps, micro, &ev));
+            MR_TRY(evaluate(c, tr.steps, micro, &ev));
             res->eval_loss = ev.loss;
             res->eval_accuracy = ev.accuracy;
             res->eval_perplexity = ev.perplexity;
             if (metrics) {
-                if (c.model.type == MR_MODEL_GPT)
+                if (c->model.type == MR_MODEL_GPT)
                     fprintf(metrics, "{\"step\": %lld, \"time\": %.3f, \"eval_loss\": %.6f, \"eval_perplexity\": %.4f}\n",
-                            (long long)(step + 1), now_s() - t_start, ev.loss, ev.perplexity);
+                            (long long)tr.step, now_s() - t_start, ev.loss, ev.perplexity);
                 else
                     fprintf(metrics, "{\"step\": %lld, \"time\": %.3f, \"eval_loss\": %.6f, \"eval_accuracy\": %.6f}\n",
-                            (long long)(step + 1), now_s() - t_start, ev.loss, ev.accuracy);
+                            (long long)tr.step, now_s() - t_start, ev.loss, ev.accuracy);
                 fflush(metrics);
             }
-            if (!c.quiet) {
-                if (c.model.type == MR_MODEL_GPT)
-                    printf("%seval at step %lld: loss %.4f  perplexity %.3f\n", tty ? "\n" : "", (long long)(step + 1),
+            if (!c->quiet) {
+                if (c->model.type == MR_MODEL_GPT)
+                    printf("%seval at step %lld: loss %.4f  perplexity %.3f\n", tty ? "\n" : "", (long long)tr.step,
                            ev.loss, ev.perplexity);
                 else
-                    printf("%seval at step %lld: loss %.4f  accuracy %.4f\n", tty ? "\n" : "", (long long)(step + 1),
+                    printf("%seval at step %lld: loss %.4f  accuracy %.4f\n", tty ? "\n" : "", (long long)tr.step,
                            ev.loss, ev.accuracy);
                 fflush(stdout);
             }
             t_log = now_s(); /* evaluation time is not training throughput */
         }
+        /* after the evaluation: a run killed before the checkpoint redoes that evaluation */
+        int stop = g_stop_signal != 0;
+        if (c->ckpt_dir && ((c->ckpt_every > 0 && tr.step % c->ckpt_every == 0) || last || stop)) {
+            double t0 = now_s();
+            MR_TRY(save_checkpoint(&tr, res));
+            t_log += now_s() - t0; /* saving is not training throughput (it has its own log line) */
+        }
+        if (stop) {
+            res->stopped_by = (int)g_stop_signal;
+            if (!c->quiet) mr_log_info("stopping at step %lld on signal %d", (long long)tr.step, res->stopped_by);
+            break;
+        }
     }
-    res->steps = c.steps;
+    if (resume && res->resumed_from == c->steps) {
+        /* the checkpoint is the end of this run: nothing to train; report its evaluation */
+        const int have_eval = c->model.type == MR_MODEL_GPT ? (c->eval_tokens || c->eval_text) : c->eval_images != NULL;
+        if (!c->quiet)
+            mr_log_info("%s is already at train.steps (%lld): nothing to train (raise train.steps to go on, or set "
+                        "checkpoint.resume: never to start over)", rpath, (long long)c->steps);
+        if (have_eval) {
+            eval_out ev;
+            MR_TRY(evaluate(c, tr.steps, micro, &ev));
+            res->eval_loss = ev.loss;
+            res->eval_accuracy = ev.accuracy;
+            res->eval_perplexity = ev.perplexity;
+        }
+    }
+    res->steps = tr.step;
     res->seconds = now_s() - t_start;
-    if (vocab && c.sample_chars > 0) MR_TRY(generate(&c, steps, vocab, nvocab, res));
-    res->compilations = mr_steps_compilations(steps);
+    res->skipped_steps = tr.scaling ? tr.scaler.skipped : 0;
+    res->loss_scale = tr.scaling ? tr.scaler.scale : 1.0;
+    if (vocab && c->sample_chars > 0 && !res->stopped_by) MR_TRY(generate(c, tr.steps, vocab, nvocab, res));
+    res->compilations = mr_steps_compilations(tr.steps);
 fail:
     if (metrics) fclose(metrics);
     free(acc);
-    pipeline_free(&train);
-    mr_optim_free(opt);
-    mr_steps_free(steps);
-    mr_params_free(ps);
+    trainer_free(&tr);
+    return st;
+}
+
+mr_status mr_evaluate_checkpoint(const mr_train_cfg *cfg, const char *checkpoint, mr_train_result *res) {
+    mr_status st = MR_OK;
+    trainer tr;
+    memset(res, 0, sizeof *res);
+    res->eval_loss = res->eval_accuracy = res->eval_perplexity = NAN;
+    MR_TRY(trainer_init(&tr, cfg, 0));
+    const mr_train_cfg *c = &tr.c;
+    MR_CHECK(c->model.type == MR_MODEL_GPT ? (c->eval_tokens || c->eval_text) : c->eval_images != NULL,
+             MR_ERR_INVALID, "data.eval: the config has no evaluation data");
+    mr_ckpt_reader *r = NULL;
+    int foreign = mr_ckpt_open(checkpoint, 0, &r) != MR_OK;
+    mr_ckpt_close(r);
+    MR_TRY(tr_load_params(tr.ps, checkpoint, foreign, &res->steps));
+    eval_out ev;
+    double t0 = now_s();
+    MR_TRY(evaluate(c, tr.steps, c->batch / c->accumulate, &ev));
+    res->seconds = now_s() - t0;
+    res->eval_loss = ev.loss;
+    res->eval_accuracy = ev.accuracy;
+    res->eval_perplexity = ev.perplexity;
+    res->compilations = mr_steps_compilations(tr.steps);
+fail:
+    trainer_free(&tr);
     return st;
 }

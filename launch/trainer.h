@@ -20,6 +20,8 @@ extern "C" {
 
 #define MR_TEXT_HOLDOUT 64
 
+struct mr_train_state;
+
 typedef struct mr_train_cfg {
     mr_model_cfg model;
     mr_optim_cfg optim;
@@ -41,8 +43,39 @@ typedef struct mr_train_cfg {
     int64_t shuffle;            /* shuffle buffer; 0: no shuffling */
     const char *run_dir;        /* metrics.jsonl goes there (created); NULL: no files */
     int quiet;                  /* no progress output */
-    mr_dtype compute;           /* MR_F32, or MR_BF16 for mixed_bfloat16 (f32 master weights) */
+    mr_dtype compute;           /* MR_F32, MR_BF16 (mixed_bfloat16) or MR_F16 (mixed_float16); f32
+                                 * master weights and optimizer state in every case */
+    /* Dynamic loss scaling: on by default for MR_F16 (the scaler's settings come from here:
+     * mr_loss_scaler_default()); loss_scaling = 1 forces it for the other compute types, -1 turns
+     * it off. */
+    int loss_scaling;
+    mr_loss_scaler loss_scaler;
+    /* Checkpoints (checkpoint/ckpt.h): ckpt-<step>.h5 files in ckpt_dir every ckpt_every steps
+     * (0: only at the end, and when stopped by mr_train_request_stop) keeping the newest ckpt_keep
+     * (0: all). resume: "auto" (the newest complete checkpoint in ckpt_dir, if any), "never"/NULL,
+     * or a checkpoint path. init_from: an HDF5 file whose /params initialise a fresh run.
+     * config_text: the experiment's YAML, saved in every checkpoint. */
+    const char *ckpt_dir;
+    int64_t ckpt_every, ckpt_keep;
+    const char *resume, *init_from, *config_text;
+    /* Tests: after every completed step (skipped ones too) on_step is called with the state; at
+     * 1-based step inject_nonfinite_at (0: never) one gradient is set to +inf after the backward,
+     * as an f16 overflow would. */
+    void (*on_step)(void *ctx, const struct mr_train_state *state);
+    void *on_step_ctx;
+    int64_t inject_nonfinite_at;
 } mr_train_cfg;
+
+/* What on_step sees (borrowed for the call): the registry (parameters by name), the optimizer
+ * (state slots), the scaler and the step just completed (1-based). */
+typedef struct mr_train_state {
+    int64_t step;
+    const mr_params *params;
+    const mr_optim *optim;
+    const mr_loss_scaler *scaler; /* NULL without loss scaling */
+    int skipped;                  /* this step's update was skipped (non-finite gradients) */
+    double loss;                  /* this step's mean loss */
+} mr_train_state;
 
 typedef struct mr_train_result {
     int64_t steps;
@@ -50,6 +83,11 @@ typedef struct mr_train_result {
     double last_loss;          /* mean training loss of the last log interval */
     double eval_loss, eval_accuracy, eval_perplexity; /* the final evaluation (NaN when none) */
     int compilations;
+    int64_t skipped_steps;     /* updates skipped by the loss scaler */
+    double loss_scale;         /* the scale at the end (1 without loss scaling) */
+    int64_t resumed_from;      /* the checkpoint step the run resumed from (0: a fresh start) */
+    int stopped_by;            /* the signal number when mr_train_request_stop ended the run early */
+    char checkpoint[4096];     /* the last checkpoint written ("" when none) */
     char sample[2048];         /* the generated text (UTF-8), when sample_chars > 0 */
 } mr_train_result;
 
@@ -59,9 +97,21 @@ mr_train_cfg mr_train_cfg_default(void);
 /* mkdir -p: creates dir and its missing parents. MR_ERR_IO naming the path that failed. */
 mr_status mr_mkdirs(const char *dir) MR_WUR;
 
-/* Trains from scratch. MR_ERR_INVALID (a bad config, naming the field), MR_ERR_NOT_FOUND / IO /
- * FORMAT (data), MR_ERR_INVALID "non-finite loss at step N" when training diverges. */
+/* Trains: from scratch, from init_from's parameters, or resuming a checkpoint (then bit-identical
+ * to a run that never stopped: parameters, optimizer state, loss scaler, data order, dropout
+ * masks and the metrics all continue exactly). MR_ERR_INVALID (a bad config, naming the field),
+ * MR_ERR_NOT_FOUND / IO / FORMAT (data, checkpoints: naming the file and the parameter),
+ * MR_ERR_INVALID "non-finite loss at step N" when training diverges. */
 mr_status mr_train(const mr_train_cfg *cfg, mr_train_result *res) MR_WUR;
+
+/* Asks a running mr_train to stop after its current step, saving a checkpoint first when
+ * ckpt_dir is set (preemption: SIGTERM, SIGUSR1). Async-signal-safe: call it from a handler. */
+void mr_train_request_stop(int signo);
+
+/* Evaluates the model of cfg with the parameters of checkpoint (a mirror checkpoint or any HDF5
+ * file with /params) on cfg's evaluation data: res gets eval_loss and eval_accuracy or
+ * eval_perplexity, and steps = the checkpoint's step (0 for a foreign file). */
+mr_status mr_evaluate_checkpoint(const mr_train_cfg *cfg, const char *checkpoint, mr_train_result *res) MR_WUR;
 
 #ifdef __cplusplus
 }

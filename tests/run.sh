@@ -10,7 +10,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
 packages=(build-essential cmake pkg-config libopenblas0-openmp libcmocka-dev libhdf5-dev libopenmpi-dev
-          openmpi-bin libyaml-dev zlib1g-dev dataset-fashion-mnist)
+          openmpi-bin libyaml-dev zlib1g-dev dataset-fashion-mnist bible-kjv)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -47,6 +47,8 @@ mr_status mr_cpu_gemm_bf16(int trans_a, int trans_b, int64_t m, int64_t n, int64
 /* The portable path: bf16 (is_f16 == 0) or f16 inputs widened exactly to f32 (a fresh copy per
  * call), then mr_cpu_sgemm. Serves f16 always and bf16 without AVX512_BF16; exposed for tests.
  * Returns MR_OK or MR_ERR_NOMEM (C untouched). */
+/* dst (n) f32 = src (n) f16 bits (exact widening; vectorised where the CPU allows). */
+void mr_cpu_widen_f16(const uint16_t *src, float *dst, int64_t n);
 mr_status mr_cpu_gemm_half_via_f32(int is_f16, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                                    float alpha, const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
                                    float beta, float *c, int64_t ldc);

@@ -246,6 +246,22 @@ static float *widen(const uint16_t *src, int64_t rows, int64_t cols, int64_t ld,
     return dst;
 }
 
+/* dst (n) f32 = src (n) f16 bits, exactly; AVX-512 vcvtph2ps where the CPU has it. */
+__attribute__((target("avx512f"))) static void widen_f16_avx512(const uint16_t *src, float *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + i))));
+    for (; i < n; i++) dst[i] = mr_f16_to_f32(src[i]);
+}
+
+void mr_cpu_widen_f16(const uint16_t *src, float *dst, int64_t n) {
+    if (mr_cpu_caps_get()->avx512f) {
+        widen_f16_avx512(src, dst, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) dst[i] = mr_f16_to_f32(src[i]);
+}
+
 mr_status mr_cpu_gemm_half_via_f32(int is_f16, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                                    float alpha, const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
                                    float beta, float *c, int64_t ldc) {

@@ -346,8 +346,32 @@ static mr_status gemm_one(mr_dtype dt, int ta, int tb, int64_t m, int64_t n, int
     }
 }
 
+/* f16 inputs: this CPU has no f16 dot-product instruction, so A and B are widened to f32 once
+ * per call into the workspace (a planned step then allocates nothing) and the f32 GEMM runs. The
+ * query runs before the check: it must not trust the args. */
+size_t mr_gemm_fwd_workspace(const mr_op_args *a) {
+    if (a->n_in < 2 || a->in[0].dtype != MR_F16 || a->in[1].dtype != MR_F16) return 0;
+    int64_t na = mr_shape_numel(&a->in[0].shape), nb = mr_shape_numel(&a->in[1].shape);
+    if (na < 0 || nb < 0) return 0;
+    return (size_t)(na + nb) * sizeof(float);
+}
+
 mr_status mr_gemm_fwd_cpu(const mr_op_args *a) {
     if (mr_op_is_f64(a)) return mr_gemm_fwd_ref(a);
+    if (a->in[0].dtype == MR_F16 && a->workspace && a->workspace_bytes >= mr_gemm_fwd_workspace(a)) {
+        int64_t na = mr_shape_numel(&a->in[0].shape), nb = mr_shape_numel(&a->in[1].shape);
+        mr_op_args w = *a;
+        float *wa = a->workspace, *wb = wa + na;
+        mr_cpu_widen_f16(a->in[0].data, wa, na);
+        mr_cpu_widen_f16(a->in[1].data, wb, nb);
+        w.in[0].data = wa;
+        w.in[0].dtype = MR_F32;
+        w.in[1].data = wb;
+        w.in[1].dtype = MR_F32;
+        w.workspace = NULL;
+        w.workspace_bytes = 0;
+        return mr_gemm_fwd_cpu(&w);
+    }
     mr_dtype dt = a->in[0].dtype;
     if (!(dt == MR_F32 || dt == MR_BF16 || dt == MR_F16) || a->out[0].dtype != MR_F32)
         return mr_op_error(a, "the CPU kernel takes f32 or f64, or bf16/f16 inputs with an f32 C; got A %s, C %s",

@@ -91,6 +91,9 @@ static void run_case(mr_dtype dt, const gemm_case *c, uint64_t seed, int path) {
                               g.in[1].data, c->tb ? c->k : c->n, (float)c->beta, cf, c->n),
                          1);
     } else {
+        /* f16 inputs are widened into the op's workspace (the planned, allocation-free path) */
+        g.workspace_bytes = mr_op_workspace_bytes(&g);
+        g.workspace = g.workspace_bytes ? th_alloc(g.workspace_bytes) : NULL;
         MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &g));
     }
     MR_ASSERT_OK(mr_op_run_ref(&r));

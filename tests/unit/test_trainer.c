@@ -106,7 +106,7 @@ static void test_train_mixed_bf16(void **state) {
             f.eval_accuracy, b.last_loss, b.eval_accuracy);
     assert_true(b.eval_accuracy > 0.70);
     assert_true(fabs(b.last_loss - f.last_loss) < 0.1);
-    c.compute = MR_F16;
+    c.compute = MR_I32;
     assert_int_equal(mr_train(&c, &b), MR_ERR_UNSUPPORTED);
 }
 

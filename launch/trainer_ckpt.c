@@ -1,0 +1,187 @@
+/* What a training checkpoint holds and how a run comes back from it (the file layer, atomic
+ * writes and checksums: checkpoint/ckpt.h; the layout is documented in the README):
+ *   /params/<name>                 f32 master weights, PyTorch names and layouts
+ *   /optimizer/<name>/<slot>       momentum_buffer | exp_avg, exp_avg_sq (f32)
+ *   /state/data_iter/<replica>     the data iterator's state blob (data/data.h)
+ *   attributes: step, epoch, optimizer.* (type, hyperparameters, steps), loss_scale.*, rng.*,
+ *   metrics.* (the open log interval), train.batch/accumulate, world_size, mirror_version,
+ *   model, precision, config (the experiment's YAML). */
+#include "launch/trainer_impl.h"
+#include "checkpoint/ckpt.h"
+#include "core/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef MIRROR_VERSION
+#define MIRROR_VERSION "unknown"
+#endif
+
+static const char *const OPTIM_NAMES[] = {"sgd", "adam", "adamw"};
+static const char *const MODEL_NAMES[] = {"mlp", "cnn", "gpt"};
+
+static const char *compute_name(mr_dtype dt) {
+    return dt == MR_BF16 ? "mixed_bfloat16" : dt == MR_F16 ? "mixed_float16" : "float32";
+}
+
+mr_status tr_ckpt_save(const trainer *t, const char *path) {
+    mr_status st = MR_OK;
+    mr_ckpt_writer *w = NULL;
+    void *blob = NULL;
+    size_t bytes = 0;
+    char name[1024];
+    const mr_train_cfg *c = &t->c;
+    MR_TRY(mr_ckpt_writer_new(&w));
+    const int32_t np = mr_params_count(t->ps);
+    for (int32_t i = 0; i < np; i++) {
+        mr_shape sh = mr_params_shape(t->ps, i);
+        snprintf(name, sizeof name, "params/%s", mr_params_name(t->ps, i));
+        MR_TRY(mr_ckpt_writer_add(w, name, MR_F32, &sh, mr_params_data(t->ps, i)));
+        for (int k = 0; k < mr_optim_num_slots(t->opt); k++) {
+            snprintf(name, sizeof name, "optimizer/%s/%s", mr_params_name(t->ps, i), mr_optim_slot_name(t->opt, k));
+            MR_TRY(mr_ckpt_writer_add(w, name, MR_F32, &sh, mr_optim_slot(t->opt, k) + mr_params_offset(t->ps, i)));
+        }
+    }
+    MR_TRY(mr_data_iter_save(t->train.it, &blob, &bytes));
+    MR_TRY(mr_ckpt_writer_add_blob(w, "state/data_iter/0", blob, bytes));
+    MR_TRY(mr_ckpt_writer_attr_i64(w, "step", t->step));
+    MR_TRY(mr_ckpt_writer_attr_f64(w, "epoch", t->train_size > 0 ? (double)(t->step * c->batch) / (double)t->train_size : 0.0));
+    MR_TRY(mr_ckpt_writer_attr_str(w, "mirror_version", MIRROR_VERSION));
+    MR_TRY(mr_ckpt_writer_attr_i64(w, "world_size", 1));
+    MR_TRY(mr_ckpt_writer_attr_str(w, "model", MODEL_NAMES[c->model.type]));
+    MR_TRY(mr_ckpt_writer_attr_str(w, "precision", compute_name(c->compute)));
+    MR_TRY(mr_ckpt_writer_attr_str(w, "config", c->config_text ? c->config_text : ""));
+    MR_TRY(mr_ckpt_writer_attr_i64(w, "train.batch", c->batch));
+    MR_TRY(mr_ckpt_writer_attr_i64(w, "train.accumulate", c->accumulate));
+    MR_TRY(mr_ckpt_writer_attr_str(w, "optimizer.type", OPTIM_NAMES[c->optim.kind]));
+    MR_TRY(mr_ckpt_writer_attr_f64(w, "optimizer.lr", c->optim.lr));
+    MR_TRY(mr_ckpt_writer_attr_f64(w, "optimizer.weight_decay", c->optim.weight_decay));
+    if (c->optim.kind == MR_OPTIM_SGD) {
+        MR_TRY(mr_ckpt_writer_attr_f64(w, "optimizer.momentum", c->optim.momentum));
+        MR_TRY(mr_ckpt_writer_attr_f64(w, "optimizer.dampening", c->optim.dampening));
+        MR_TRY(mr_ckpt_writer_attr_i64(w, "optimizer.nesterov", c->optim.nesterov));
+    } else {
+        MR_TRY(mr_ckpt_writer_attr_f64(w, "optimizer.beta1", c->optim.beta1));
+        MR_TRY(mr_ckpt_writer_attr_f64(w, "optimizer.beta2", c->optim.beta2));
+        MR_TRY(mr_ckpt_writer_attr_f64(w, "optimizer.eps", c->optim.eps));
+    }
+    MR_TRY(mr_ckpt_writer_attr_i64(w, "optimizer.steps", mr_optim_steps(t->opt)));
+    MR_TRY(mr_ckpt_writer_attr_i64(w, "loss_scale.enabled", t->scaling));
+    MR_TRY(mr_ckpt_writer_attr_f64(w, "loss_scale", t->scaling ? t->scaler.scale : 1.0));
+    MR_TRY(mr_ckpt_writer_attr_i64(w, "loss_scale.good_steps", t->scaler.good_steps));
+    MR_TRY(mr_ckpt_writer_attr_i64(w, "loss_scale.skipped", t->scaler.skipped));
+    /* every random stream is Philox keyed by the seed and positioned by a counter */
+    MR_TRY(mr_ckpt_writer_attr_i64(w, "rng.seed", (int64_t)c->seed));
+    MR_TRY(mr_ckpt_writer_attr_i64(w, "rng.dropout_step", t->step * c->accumulate));
+    MR_TRY(mr_ckpt_writer_attr_f64(w, "metrics.loss_sum", t->loss_sum));
+    MR_TRY(mr_ckpt_writer_attr_i64(w, "metrics.interval", t->interval));
+    MR_TRY(mr_ckpt_writer_write(w, path));
+fail:
+    free(blob);
+    mr_ckpt_writer_free(w);
+    return st;
+}
+
+/* Every registry parameter from /params/<name> with its shape into the registry's buffer; names in
+ * the file that the model lacks are an error too (a wrong architecture must not half-load). */
+static mr_status load_params(const mr_ckpt_reader *r, const char *path, const mr_params *ps) {
+    const char *group = "params";
+    float *base = mr_params_buffer(ps);
+    mr_status st = MR_OK;
+    char name[1024];
+    char **names = NULL;
+    int nn = 0;
+    const int32_t np = mr_params_count(ps);
+    for (int32_t i = 0; i < np; i++) {
+        snprintf(name, sizeof name, "%s/%s", group, mr_params_name(ps, i));
+        MR_CHECK(mr_ckpt_has(r, name), MR_ERR_INVALID,
+                 "%s: the model's parameter '%s' is missing (no /%s); HINT: the file is of another model or config",
+                 path, mr_params_name(ps, i), name);
+        mr_shape sh = mr_params_shape(ps, i);
+        MR_TRY(mr_ckpt_read(r, name, MR_F32, &sh, base + mr_params_offset(ps, i)));
+    }
+    MR_TRY(mr_ckpt_list(r, group, &names, &nn));
+    for (int k = 0; k < nn; k++) {
+        MR_CHECK(mr_params_find(ps, names[k]) >= 0, MR_ERR_INVALID,
+                 "%s: /%s/%s is not a parameter of this model; HINT: the file is of another model or config", path,
+                 group, names[k]);
+    }
+fail:
+    mr_ckpt_names_free(names, nn);
+    return st;
+}
+
+mr_status tr_load_params(mr_params *ps, const char *path, int foreign, int64_t *step) {
+    mr_status st = MR_OK;
+    mr_ckpt_reader *r = NULL;
+    *step = 0;
+    MR_TRY(mr_ckpt_open(path, foreign ? MR_CKPT_FOREIGN : 0, &r));
+    MR_TRY(load_params(r, path, ps));
+    if (mr_ckpt_attr_i64(r, "step", step) != MR_OK) *step = 0;
+fail:
+    mr_ckpt_close(r);
+    return st;
+}
+
+mr_status tr_ckpt_load(trainer *t, const char *path) {
+    mr_status st = MR_OK;
+    mr_ckpt_reader *r = NULL;
+    char *otype = NULL;
+    void *blob = NULL;
+    size_t bytes = 0;
+    const mr_train_cfg *c = &t->c;
+    MR_TRY(mr_ckpt_open(path, 0, &r));
+    MR_TRY(mr_ckpt_attr_str(r, "optimizer.type", &otype));
+    MR_CHECK(!strcmp(otype, OPTIM_NAMES[c->optim.kind]), MR_ERR_INVALID,
+             "%s: the optimizer state is %s, the config asks for %s; HINT: resume with optimizer.type: %s, or start "
+             "fresh from its parameters with checkpoint.init_from and resume: never",
+             path, otype, OPTIM_NAMES[c->optim.kind], otype);
+    MR_TRY(load_params(r, path, t->ps));
+    for (int k = 0; k < mr_optim_num_slots(t->opt); k++) {
+        /* each slot is a buffer laid out like the parameters: read it parameter by parameter */
+        char name[1024];
+        const int32_t np = mr_params_count(t->ps);
+        for (int32_t i = 0; i < np; i++) {
+            mr_shape sh = mr_params_shape(t->ps, i);
+            snprintf(name, sizeof name, "optimizer/%s/%s", mr_params_name(t->ps, i), mr_optim_slot_name(t->opt, k));
+            MR_CHECK(mr_ckpt_has(r, name), MR_ERR_INVALID, "%s: no '%s'; HINT: the checkpoint is damaged or of another optimizer",
+                     path, name);
+            MR_TRY(mr_ckpt_read(r, name, MR_F32, &sh, mr_optim_slot(t->opt, k) + mr_params_offset(t->ps, i)));
+        }
+    }
+    int64_t v = 0;
+    double d = 0;
+    MR_TRY(mr_ckpt_attr_i64(r, "step", &t->step));
+    MR_CHECK(t->step >= 0 && t->step <= c->steps, MR_ERR_INVALID,
+             "%s: step %lld is beyond train.steps (%lld); HINT: raise train.steps to train further", path,
+             (long long)t->step, (long long)c->steps);
+    MR_TRY(mr_ckpt_attr_i64(r, "optimizer.steps", &v));
+    mr_optim_set_steps(t->opt, v);
+    MR_TRY(mr_ckpt_attr_f64(r, "loss_scale", &d));
+    MR_TRY(mr_ckpt_attr_i64(r, "loss_scale.enabled", &v));
+    if (v && t->scaling) {
+        t->scaler.scale = d;
+        MR_TRY(mr_ckpt_attr_i64(r, "loss_scale.good_steps", &t->scaler.good_steps));
+        MR_TRY(mr_ckpt_attr_i64(r, "loss_scale.skipped", &t->scaler.skipped));
+    }
+    MR_TRY(mr_ckpt_attr_f64(r, "metrics.loss_sum", &t->loss_sum));
+    MR_TRY(mr_ckpt_attr_i64(r, "metrics.interval", &t->interval));
+    MR_TRY(mr_ckpt_attr_i64(r, "rng.seed", &v));
+    if ((uint64_t)v != c->seed)
+        mr_log_warn("%s: saved with seed %lld, the config says %llu: data order and dropout follow the config from here",
+                    path, (long long)v, (unsigned long long)c->seed);
+    /* the data order: exact when the pipeline is the same (same data, batch, shuffle, world size) */
+    MR_TRY(mr_ckpt_read_blob(r, "state/data_iter/0", &blob, &bytes));
+    if (mr_data_iter_restore(t->train.it, blob, bytes) != MR_OK) {
+        int64_t old_batch = 0;
+        if (mr_ckpt_attr_i64(r, "train.batch", &old_batch) != MR_OK) old_batch = -1;
+        mr_log_warn("%s: the data pipeline differs from the checkpoint's (batch %lld -> %lld, or the data or shuffle "
+                    "changed): the model and optimizer resume, the data order starts over (%s)",
+                    path, (long long)old_batch, (long long)c->batch, mr_last_error());
+    }
+fail:
+    free(blob);
+    free(otype);
+    mr_ckpt_close(r);
+    return st;
+}

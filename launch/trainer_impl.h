@@ -1,0 +1,44 @@
+/* Private to the trainer (trainer.c, trainer_ckpt.c): the state of one training run, which is
+ * exactly what a checkpoint saves and a resume restores. */
+#ifndef MR_TRAINER_IMPL_H
+#define MR_TRAINER_IMPL_H
+
+#include <stdio.h>
+#include "autodiff/steps.h"
+#include "data/data.h"
+#include "launch/trainer.h"
+
+typedef struct tr_pipeline {
+    mr_dataset *ds;
+    mr_data_iter *it;
+} tr_pipeline;
+
+typedef struct trainer {
+    mr_train_cfg c;         /* resolved: model sizes from the data, schedule.total set */
+    mr_params *ps;
+    mr_steps *steps;
+    mr_optim *opt;
+    tr_pipeline train;
+    int64_t n;              /* parameter elements */
+    int scaling;            /* dynamic loss scaling on */
+    mr_loss_scaler scaler;
+    int64_t step;           /* optimizer steps completed (skipped ones included) */
+    /* the metrics of the current log interval, carried through a checkpoint so a resumed run
+     * logs the same numbers */
+    double loss_sum;
+    int64_t interval;
+    int64_t train_size;     /* elements of the training source (an epoch) */
+    int64_t image_numel;    /* the image map's context: lives as long as the pipeline */
+} trainer;
+
+/* Writes the run's state to path (atomically; checkpoint/ckpt.h). */
+mr_status tr_ckpt_save(const trainer *t, const char *path) MR_WUR;
+/* Restores the run's state from a checkpoint written by tr_ckpt_save (a compatible model: every
+ * parameter by name and shape). The optimizer kind must match. */
+mr_status tr_ckpt_load(trainer *t, const char *path) MR_WUR;
+/* Loads /params of an HDF5 file into the registry: every registry parameter must be there with
+ * its shape and the file may hold no other (errors name the parameter). foreign: any HDF5 file
+ * (init_from), else a mirror checkpoint. *step gets the checkpoint's step (0 if none). */
+mr_status tr_load_params(mr_params *ps, const char *path, int foreign, int64_t *step) MR_WUR;
+
+#endif

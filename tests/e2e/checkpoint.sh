@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Checkpoints end to end through build/mirror: a run killed with kill -9 at random moments (while
+# training and while saving) always leaves a complete checkpoint that loads, and once resumed to
+# the end it is bit-identical to a run that never stopped (every parameter and optimizer slot,
+# compared by `mirror inspect`'s CRC-32s, and every logged loss and evaluation); SIGTERM saves and
+# exits 143; `mirror eval` reproduces the final accuracy; `mirror inspect` of a damaged file fails
+# naming it.
+# Usage: tests/e2e/checkpoint.sh path/to/mirror
+set -uo pipefail
+mirror=${1:?usage: checkpoint.sh path/to/mirror}
+fm=/usr/share/datasets/fashion-mnist
+if [ ! -r "$fm/train-images-idx3-ubyte.gz" ]; then echo "no Fashion-MNIST; skipped"; exit 77; fi
+tmp=$(mktemp -d)
+trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
+fails=0
+check() { if eval "$2"; then echo "ok: $1"; else echo "FAILED: $1"; fails=$((fails + 1)); fi; }
+
+steps=1500
+cat >"$tmp/exp.yaml" <<YAML
+seed: 3
+model: {type: mlp, sizes: [784, 512, 512, 10]}
+data:
+  train: {source: idx, images: $fm/train-images-idx3-ubyte.gz, labels: $fm/train-labels-idx1-ubyte.gz, shuffle: 5000}
+  eval: {source: idx, images: $fm/t10k-images-idx3-ubyte.gz, labels: $fm/t10k-labels-idx1-ubyte.gz}
+optimizer: {type: adamw, lr: 1.0e-3}
+schedule: {type: cosine, warmup: 20}
+train: {steps: $steps, batch: 64, eval_every: 300, log_every: 25}
+checkpoint: {every: 20, keep: 2, resume: auto}
+YAML
+# the deterministic part of metrics.jsonl (no times, no speeds)
+values() { sed -E 's/"time": [^,]*, //; s/, "samples_per_s".*\}/}/' "$1"; }
+crcs() { "$mirror" inspect "$1" | grep crc32 | awk '{print $1, $NF}'; }
+last_ckpt() { ls "$1"/ckpt-*.h5 2>/dev/null | sort | tail -1; }
+
+# 1. the reference: one uninterrupted run
+out=$("$mirror" train "$tmp/exp.yaml" --set "checkpoint.dir=$tmp/a" 2>&1); rc=$?
+check "uninterrupted run exits 0" "[ $rc -eq 0 ]"
+acc=$(echo "$out" | sed -n 's/.*eval accuracy \([0-9.]*\).*/\1/p' | tail -1)
+
+# 2. kill -9 at random moments (a fixed sequence, so failures reproduce), then resume to the end.
+# Each run is killed a random 0-0.5 s after it logs its first step (checkpoints every 20 steps, so
+# some kills land while a checkpoint is being written), so the moments do not depend on the speed
+# of the machine.
+delays=(0.31 0.07 0.45 0.18 0.26 0.02 0.39 0.12 0.49 0.21)
+kills=0
+started() { grep -q '^step ' "$1" 2>/dev/null; }
+for d in "${delays[@]}"; do
+    "$mirror" train "$tmp/exp.yaml" --set "checkpoint.dir=$tmp/b" >"$tmp/b.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 600); do started "$tmp/b.log" || ! kill -0 "$pid" 2>/dev/null && break; sleep 0.02; done
+    sleep "$d"
+    if kill -0 "$pid" 2>/dev/null && ! grep -q '^trained' "$tmp/b.log"; then
+        kill -9 "$pid" 2>/dev/null && kills=$((kills + 1))
+    fi
+    wait "$pid" 2>/dev/null
+    newest=$(last_ckpt "$tmp/b")
+    if [ -n "$newest" ]; then
+        "$mirror" inspect "$newest" >/dev/null 2>&1 || { echo "FAILED: newest checkpoint $newest does not load after kill -9"; fails=$((fails + 1)); }
+    fi
+    n=$(ls "$tmp/b"/ckpt-*.h5 2>/dev/null | wc -l)
+    [ "$n" -le 3 ] || { echo "FAILED: keep: 2 left $n checkpoints"; fails=$((fails + 1)); }
+done
+echo "killed $kills runs; newest checkpoint $(basename "$(last_ckpt "$tmp/b")")"
+check "at least 8 runs were killed mid-way" "[ $kills -ge 8 ]"
+out=$("$mirror" train "$tmp/exp.yaml" --set "checkpoint.dir=$tmp/b" 2>&1); rc=$?
+check "the resumed run exits 0" "[ $rc -eq 0 ]"
+check "it says where it resumed" "echo \"\$out\" | grep -q 'resumed from'"
+check "no temporary files are left" "[ -z \"\$(ls $tmp/b | grep tmp)\" ]"
+fa=$(printf '%s/ckpt-%08d.h5' "$tmp/a" "$steps"); fb=$(printf '%s/ckpt-%08d.h5' "$tmp/b" "$steps")
+check "killed-and-resumed parameters and optimizer state equal the uninterrupted run's" \
+      "[ -n \"\$(crcs $fa)\" ] && [ \"\$(crcs $fa)\" = \"\$(crcs $fb)\" ]"
+check "and every logged loss and evaluation" "[ \"\$(values $tmp/a/metrics.jsonl)\" = \"\$(values $tmp/b/metrics.jsonl)\" ]"
+
+# 3. SIGTERM (preemption): a checkpoint and exit 143; resuming reaches the same end
+"$mirror" train "$tmp/exp.yaml" --set "checkpoint.dir=$tmp/c" --set checkpoint.every=0 >"$tmp/c.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do started "$tmp/c.log" && break; sleep 0.02; done
+sleep 0.2
+kill -TERM "$pid"
+wait "$pid"; rc=$?
+check "SIGTERM exits 143 ($rc)" "[ $rc -eq 143 ]"
+check "SIGTERM says where it saved" "grep -q 'stopped by signal 15' '$tmp/c.log' && [ -n \"\$(last_ckpt $tmp/c)\" ]"
+"$mirror" train "$tmp/exp.yaml" --set "checkpoint.dir=$tmp/c" --set checkpoint.every=0 >/dev/null 2>&1
+fc=$(printf '%s/ckpt-%08d.h5' "$tmp/c" "$steps")
+check "the preempted run resumed to the same parameters" "[ \"\$(crcs $fa)\" = \"\$(crcs $fc)\" ]"
+
+# 4. eval and inspect
+out=$("$mirror" eval "$tmp/exp.yaml" --set "checkpoint.dir=$tmp/a" 2>&1); rc=$?
+echo "$out"
+check "mirror eval reproduces the final accuracy ($acc)" "[ $rc -eq 0 ] && echo \"\$out\" | grep -q \"accuracy $acc\""
+out=$("$mirror" inspect "$fa"); rc=$?
+check "inspect shows step, loss scale, parameters and config" \
+      "[ $rc -eq 0 ] && echo \"\$out\" | grep -q 'step *$steps' && echo \"\$out\" | grep -q 'loss_scale' && echo \"\$out\" | grep -q 'fc1.weight' && echo \"\$out\" | grep -q 'config:'"
+head -c 3000 "$fa" >"$tmp/broken.h5"
+out=$("$mirror" inspect "$tmp/broken.h5" 2>&1); rc=$?
+check "inspect of a truncated file exits non-zero naming it" "[ $rc -ne 0 ] && echo \"\$out\" | grep -q 'broken.h5' && echo \"\$out\" | grep -q '^HINT: '"
+out=$("$mirror" train "$tmp/exp.yaml" --set "checkpoint.dir=$tmp/d" --set "checkpoint.resume=$tmp/broken.h5" 2>&1); rc=$?
+check "resume: PATH of a broken file fails naming it" "[ $rc -ne 0 ] && echo \"\$out\" | grep -q 'broken.h5'"
+
+if [ $fails -ne 0 ]; then echo "checkpoint.sh: $fails checks failed"; exit 1; fi
+echo "checkpoint.sh: all checks passed"
