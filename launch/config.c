@@ -95,6 +95,12 @@ const field mr_cfg_fields[] = {
 };
 const int mr_cfg_n_fields = (int)(sizeof mr_cfg_fields / sizeof mr_cfg_fields[0]);
 #define FIELDS mr_cfg_fields
+
+/* Set while a config is loaded and then overridden (mr_experiment_defer_file_checks): a path in
+ * the file that --set replaces need not exist. Per thread, like the error message. */
+static _Thread_local int g_defer_files;
+
+void mr_experiment_defer_file_checks(int on) { g_defer_files = on; }
 #define N_FIELDS mr_cfg_n_fields
 
 /* Common names from other frameworks, offered as did-you-mean targets (alias -> our key). */
@@ -214,6 +220,16 @@ static mr_status perr(mr_status s, pos p, const char *fmt, ...) {
     return mr_set_error_at(s, where, p.col, "%s", msg);
 }
 
+/* An F_FILE value must name an existing file (when set); an F_RESUME value is auto, never or one. */
+static mr_status file_check(const field *f, const char *s, pos p) {
+    if ((f->flags & F_FILE) && s[0] && access(s, F_OK) != 0)
+        return perr(MR_ERR_NOT_FOUND, p, "%s: no such file '%s'", f->path, s);
+    if ((f->flags & F_RESUME) && s[0] && strcmp(s, "auto") && strcmp(s, "never") && access(s, F_OK) != 0)
+        return perr(MR_ERR_NOT_FOUND, p, "%s: expected auto, never or an existing checkpoint, got '%s' (no such file)",
+                    f->path, s);
+    return MR_OK;
+}
+
 /* ---- scalar setters (shared by YAML, --set and sweeps) ----------------------------------------- */
 
 static int parse_i64(const char *s, int64_t *v) {
@@ -296,11 +312,10 @@ mr_status mr_cfg_set_scalar(mr_experiment *e, const field *f, const char *s, pos
         size_t n = strlen(s);
         if (n >= f->size) return perr(MR_ERR_INVALID, p, "%s: longer than %zu characters", f->path, f->size - 1);
         if ((f->flags & F_NONEMPTY) && n == 0) return perr(MR_ERR_INVALID, p, "%s: must not be empty", f->path);
-        if ((f->flags & F_FILE) && n && access(s, F_OK) != 0)
-            return perr(MR_ERR_NOT_FOUND, p, "%s: no such file '%s'", f->path, s);
-        if ((f->flags & F_RESUME) && strcmp(s, "auto") && strcmp(s, "never") && access(s, F_OK) != 0)
-            return perr(MR_ERR_NOT_FOUND, p, "%s: expected auto, never or an existing checkpoint, got '%s' (no such file)",
-                        f->path, s);
+        if (!g_defer_files) {
+            mr_status fs = file_check(f, s, p);
+            if (fs) return fs;
+        }
         memset(base, 0, f->size);
         memcpy(base, s, n);
         return MR_OK;
@@ -665,7 +680,7 @@ mr_experiment mr_experiment_default(void) {
     e.checkpoint.keep = 3;
     strcpy(e.checkpoint.resume, "auto");
     e.distribute.backend = MR_BACKEND_AUTO;
-    e.distribute.bucket_mb = 25;
+    e.distribute.bucket_mb = 16; /* Open MPI 4.1 slows sharply above 16 MB per call */
     e.distribute.timeout_s = 300;
     e.sweep.trials = 10;
     strcpy(e.sweep.metric, "eval_accuracy");
@@ -688,6 +703,13 @@ mr_status mr_experiment_copy(mr_experiment *dst, const mr_experiment *src) {
 
 static mr_status check_impl(const mr_experiment *e, const char *origin, const key_marks *km) {
 #define P(key) key_pos(origin, km, key)
+    if (!g_defer_files) /* the final values (after --set), when the checks were deferred */
+        for (int i = 0; i < mr_cfg_n_fields; i++) {
+            const field *f = &FIELDS[i];
+            if (f->k != K_STR || !(f->flags & (F_FILE | F_RESUME))) continue;
+            mr_status fs = file_check(f, (const char *)e + f->off, P(f->path));
+            if (fs) return fs;
+        }
     const mr_data_cfg *ds[2] = {&e->data.train, &e->data.eval};
     for (int i = 0; i < 2; i++) {
         const char *nm = i ? "data.eval" : "data.train";

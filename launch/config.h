@@ -124,6 +124,11 @@ mr_status mr_experiment_copy(mr_experiment *dst, const mr_experiment *src) MR_WU
 mr_status mr_experiment_parse(const char *yaml_text, const char *name_for_messages, mr_experiment *out) MR_WUR;
 
 /* Reads the file and parses it. MR_ERR_NOT_FOUND / MR_ERR_IO for the file itself. */
+/* While on (this thread), loading and --set skip the "file exists" checks of data paths and
+ * checkpoint.resume/init_from; mr_experiment_check (with it off) then checks the final values.
+ * For a file whose paths --set replaces. */
+void mr_experiment_defer_file_checks(int on);
+
 mr_status mr_experiment_load(const char *path, mr_experiment *out) MR_WUR;
 
 /* Applies one "dotted.key=value" override; value is YAML (a scalar, or a flow list such as

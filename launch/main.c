@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include "checkpoint/ckpt.h"
+#include "distribute/comm.h"
 #include "launch/config.h"
 #include "launch/trainer.h"
 
@@ -65,16 +66,26 @@ static const char *g_sweep_help =
     "<checkpoint.dir>/results.csv sorted by sweep.metric (eval_accuracy, eval_loss, eval_perplexity\n"
     "or loss) in the direction of sweep.goal.\n";
 
+/* The job's MPI communicator when mpirun/srun started several ranks (or backend: mpi); NULL for a
+ * single process. Lives until exit; on a failure the CLI aborts it so that no rank hangs. */
+static mr_comm *g_job;
+
 static int fail(int code, const char *hint) {
-    fprintf(stderr, "mirror: error: %s\n", mr_last_error());
+    if (g_job) fprintf(stderr, "mirror: error: rank %d: %s\n", mr_comm_rank(g_job), mr_last_error());
+    else fprintf(stderr, "mirror: error: %s\n", mr_last_error());
     if (hint) fprintf(stderr, "HINT: %s\n", hint);
     return code;
 }
 
 /* Loads CONFIG and applies the --set overrides in argv[first..argc). */
 static mr_status load(int argc, char **argv, int first, mr_experiment *e) {
+    /* a path in the file that a --set replaces need not exist: check files after the overrides */
+    mr_experiment_defer_file_checks(argc > first);
     mr_status st = mr_experiment_load(argv[first - 1], e);
-    if (st != MR_OK) return st;
+    if (st != MR_OK) {
+        mr_experiment_defer_file_checks(0);
+        return st;
+    }
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--set") && i + 1 < argc) {
@@ -84,8 +95,12 @@ static mr_status load(int argc, char **argv, int first, mr_experiment *e) {
         } else {
             return mr_set_error(MR_ERR_INVALID, "unknown argument '%s'", argv[i]);
         }
-        if ((st = mr_experiment_set(e, a)) != MR_OK) return st;
+        if ((st = mr_experiment_set(e, a)) != MR_OK) {
+            mr_experiment_defer_file_checks(0);
+            return st;
+        }
     }
+    mr_experiment_defer_file_checks(0);
     return mr_experiment_check(e, argv[first - 1]);
 }
 
@@ -122,6 +137,20 @@ static mr_status to_train_cfg(const mr_experiment *e, const char *run_dir, mr_tr
     c->loss_scaler.backoff_factor = e->precision.loss_scale.backoff_factor;
     c->loss_scaler.min_scale = e->precision.loss_scale.min;
     c->loss_scaler.growth_interval = e->precision.loss_scale.growth_interval;
+    c->comm_timeout_s = e->distribute.timeout_s;
+    c->replicas = 1;
+    int ncpu = 0;
+    for (int i = 0; i < e->distribute.n_devices; i++) {
+        if (strncmp(e->distribute.devices[i], "cpu", 3) != 0)
+            return mr_set_error(MR_ERR_UNSUPPORTED, "distribute.devices: '%s': this build trains on CPU replicas "
+                                                    "(cpu:0, cpu:1, ...) so far; HINT: use cpu:N devices or devices: auto",
+                                e->distribute.devices[i]);
+        ncpu++;
+    }
+    if (e->distribute.backend == MR_BACKEND_NCCL)
+        return mr_set_error(MR_ERR_UNSUPPORTED, "distribute.backend: nccl needs the GPU trainer, which is not built yet; "
+                                                "HINT: backend: auto, mpi or local");
+    if (ncpu > 1) c->replicas = ncpu; /* several CPU replicas in this process: the local backend */
     c->ckpt_dir = run_dir;
     c->ckpt_every = e->checkpoint.every;
     c->ckpt_keep = e->checkpoint.keep;
@@ -178,14 +207,39 @@ static mr_status save_config(const mr_experiment *e, const char *dir) {
 static mr_status run_one(const mr_experiment *e, const char *dir, mr_train_result *r) {
     mr_train_cfg c;
     char *yaml = NULL;
-    mr_status st = mr_mkdirs(dir);
-    if (st == MR_OK) st = save_config(e, dir);
+    const int leader = !g_job || mr_comm_rank(g_job) == 0;
+    mr_status st = leader ? mr_mkdirs(dir) : MR_OK;
+    if (st == MR_OK && leader) st = save_config(e, dir);
     if (st == MR_OK) st = to_train_cfg(e, dir, &c);
+    c.comm = g_job;
+    if (st == MR_OK && g_job && c.replicas > 1)
+        st = mr_set_error(MR_ERR_UNSUPPORTED, "distribute.devices: several CPU replicas per MPI rank are not supported "
+                                              "yet; HINT: one replica per rank (devices: auto), more ranks with mpirun -np");
     if (st == MR_OK) st = mr_experiment_to_yaml(e, &yaml);
     c.config_text = yaml;
     if (st == MR_OK) st = mr_train(&c, r);
     free(yaml);
     return st;
+}
+
+/* MPI when this process is one of several ranks (mpirun, srun) or the config asks for it. */
+static mr_status start_job(const mr_experiment *e) {
+    if (g_job) return MR_OK;
+    if (e->distribute.backend == MR_BACKEND_LOCAL) return MR_OK;
+    if (!mr_comm_launched_multi() && e->distribute.backend != MR_BACKEND_MPI) return MR_OK;
+    mr_status st = mr_comm_mpi_new(e->distribute.timeout_s, &g_job);
+    if (st == MR_OK && e->distribute.bucket_mb > 0)
+        st = mr_comm_set_max_piece_bytes(g_job, (size_t)(e->distribute.bucket_mb * 1048576.0));
+    return st;
+}
+
+/* Ends the job with exit code `code`: a failed rank takes the others down (they would otherwise
+ * wait for it until their deadline); a clean end finalizes MPI. */
+static int end_job(int code) {
+    if (g_job && code != 0 && code < 128) mr_comm_abort(g_job, code, "this rank failed (its error is above)");
+    mr_comm_free(g_job);
+    g_job = NULL;
+    return code;
 }
 
 static void on_preempt(int signo) { mr_train_request_stop(signo); }
@@ -217,16 +271,18 @@ static int cmd_train(int argc, char **argv) {
     snprintf(dir, sizeof dir, "%s", e.checkpoint.dir[0] ? e.checkpoint.dir : "runs/default");
     mr_train_result r;
     install_preemption_handlers();
-    st = run_one(&e, dir, &r);
+    st = start_job(&e);
+    if (st == MR_OK) st = run_one(&e, dir, &r);
     mr_experiment_deinit(&e);
-    if (st == MR_ERR_UNSUPPORTED || st == MR_ERR_INVALID) return fail(EXIT_USAGE, "change the setting named above");
+    if (st == MR_ERR_UNSUPPORTED || st == MR_ERR_INVALID) return end_job(fail(EXIT_USAGE, "change the setting named above"));
     if (st != MR_OK)
-        return fail(EXIT_RUNTIME, "see the message above; metrics so far and the last checkpoint are in the run "
-                                  "directory (running the same command resumes from it)");
+        return end_job(fail(EXIT_RUNTIME, "see the message above; metrics so far and the last checkpoint are in the run "
+                                          "directory (running the same command resumes from it)"));
+    if (g_job && mr_comm_rank(g_job) != 0) return end_job(r.stopped_by ? 128 + r.stopped_by : 0);
     if (r.stopped_by) {
         printf("stopped by signal %d after step %lld; checkpoint %s; run the same command to resume\n", r.stopped_by,
                (long long)r.steps, r.checkpoint[0] ? r.checkpoint : "(none: checkpoint.dir is not set)");
-        return 128 + r.stopped_by;
+        return end_job(128 + r.stopped_by);
     }
     printf("trained %lld steps in %.1f s: loss %.4f", (long long)r.steps, r.seconds, r.last_loss);
     if (r.skipped_steps) printf(" (%lld steps skipped by the loss scaler, scale %g)", (long long)r.skipped_steps, r.loss_scale);
@@ -234,7 +290,7 @@ static int cmd_train(int argc, char **argv) {
     if (!isnan(r.eval_perplexity)) printf(", eval perplexity %.3f", r.eval_perplexity);
     printf("; run directory %s\n", dir);
     if (r.sample[0]) printf("\nsample:\n%s\n", r.sample);
-    return 0;
+    return end_job(0);
 }
 
 static int cmd_eval(int argc, char **argv) {

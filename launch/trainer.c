@@ -5,7 +5,11 @@
 #include "core/log.h"
 #include "core/math/philox_math.h"
 
+#include <pthread.h>
 #include <signal.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include <errno.h>
 #include <math.h>
@@ -71,8 +75,12 @@ static void pipeline_free(pipeline *p) {
     } while (0)
 
 /* images (IDX) for mlp/cnn, tokens for gpt; training pipelines shuffle and repeat forever and
- * drop the last partial batch; evaluation pipelines see every element once. */
-static mr_status make_pipeline(const mr_train_cfg *c, int train, int64_t batch, int64_t *image_numel, pipeline *p) {
+ * drop the last partial batch; evaluation pipelines see every element once. With world > 1
+ * replicas, replica `rank` keeps every world-th element: for training after the shuffle (every
+ * replica shuffles the same indices), so the world's micro-batches of one step are exactly the
+ * elements one replica with the global batch would take; for evaluation right after the source. */
+static mr_status make_pipeline(const mr_train_cfg *c, int train, int64_t batch, int64_t *image_numel, int world,
+                               int rank, pipeline *p) {
     mr_status st = MR_OK;
     mr_dataset *ds = NULL, *next = NULL;
     memset(p, 0, sizeof *p);
@@ -81,11 +89,14 @@ static mr_status make_pipeline(const mr_train_cfg *c, int train, int64_t batch, 
         MR_TRY(mr_data_from_text(path, c->model.context, MR_DATA_TEXT_CHARS, &ds));
         if (c->train_text && c->eval_text && !strcmp(c->train_text, c->eval_text))
             THEN(train ? mr_data_skip(ds, MR_TEXT_HOLDOUT, &next) : mr_data_take(ds, MR_TEXT_HOLDOUT, &next));
+        if (!train && world > 1) THEN(mr_data_shard(ds, world, rank, &next));
     } else if (c->model.type == MR_MODEL_GPT) {
         const char *path = train ? c->train_tokens : c->eval_tokens;
         MR_TRY(mr_data_from_tokens(path, c->token_bytes, c->model.context, MR_DATA_TOKENS_RAW, &ds));
+        if (!train && world > 1) THEN(mr_data_shard(ds, world, rank, &next));
     } else {
         MR_TRY(mr_data_from_idx(train ? c->train_images : c->eval_images, train ? c->train_labels : c->eval_labels, &ds));
+        if (!train && world > 1) THEN(mr_data_shard(ds, world, rank, &next));
         const mr_data_spec *in = mr_data_element_spec(ds);
         *image_numel = mr_shape_numel(&in->comp[0].shape);
         mr_data_spec out;
@@ -98,6 +109,7 @@ static mr_status make_pipeline(const mr_train_cfg *c, int train, int64_t batch, 
         MR_TRY(mr_data_spec_add(&out, "label", MR_I32, &ls));
         if (train && c->shuffle > 0) THEN(mr_data_shuffle(ds, c->shuffle, c->seed, 1, &next));
         if (train) THEN(mr_data_repeat(ds, -1, &next));
+        if (train && world > 1) THEN(mr_data_shard(ds, world, rank, &next));
         /* one map thread: the loop's compute already uses every core (helper threads would only
          * contend); prefetch hides the map behind the step */
         THEN(mr_data_map(ds, normalize_image, image_numel, &out, 1, &next));
@@ -105,6 +117,7 @@ static mr_status make_pipeline(const mr_train_cfg *c, int train, int64_t batch, 
     if (c->model.type == MR_MODEL_GPT && train) {
         if (c->shuffle > 0) THEN(mr_data_shuffle(ds, c->shuffle, c->seed, 1, &next));
         THEN(mr_data_repeat(ds, -1, &next));
+        if (world > 1) THEN(mr_data_shard(ds, world, rank, &next));
     }
     THEN(mr_data_batch(ds, batch, train, &next));
     if (train) THEN(mr_data_prefetch(ds, 2, &next));
@@ -124,12 +137,12 @@ typedef struct eval_out {
 
 /* Mean loss over every evaluation element (partial last batch included: its own compiled step),
  * accuracy for classifiers, perplexity for language models. */
-static mr_status evaluate(const mr_train_cfg *c, mr_steps *steps, int64_t batch, eval_out *out) {
+static mr_status evaluate(const mr_train_cfg *c, mr_steps *steps, int64_t batch, mr_comm *comm, eval_out *out) {
     mr_status st = MR_OK;
     pipeline p;
     int64_t numel = 0, seen = 0, correct = 0;
     double loss_sum = 0.0;
-    MR_TRY(make_pipeline(c, 0, batch, &numel, &p));
+    MR_TRY(make_pipeline(c, 0, batch, &numel, comm ? mr_comm_size(comm) : 1, comm ? mr_comm_rank(comm) : 0, &p));
     for (;;) {
         mr_data_elem e;
         int end = 0;
@@ -155,6 +168,13 @@ static mr_status evaluate(const mr_train_cfg *c, mr_steps *steps, int64_t batch,
                 correct += arg == labels[i];
             }
         }
+    }
+    if (comm) { /* every replica evaluated its shard: add them up */
+        double sums[3] = {loss_sum, (double)correct, (double)seen};
+        MR_TRY(mr_comm_allreduce(comm, sums, 3, MR_F64, MR_REDUCE_SUM));
+        loss_sum = sums[0];
+        correct = (int64_t)sums[1];
+        seen = (int64_t)sums[2];
     }
     out->loss = seen ? loss_sum / (double)seen : NAN;
     out->accuracy = c->model.type != MR_MODEL_GPT && seen ? (double)correct / (double)seen : NAN;
@@ -210,7 +230,7 @@ static mr_status generate(const mr_train_cfg *c, mr_steps *steps, const int32_t 
     MR_CHECK(win && y && prob, MR_ERR_NOMEM, "generate: out of memory");
     mr_train_cfg from = *c; /* start from the held-out text, or the training text without one */
     if (!from.eval_text) from.eval_text = from.train_text;
-    MR_TRY(make_pipeline(&from, 0, 1, &unused, &p));
+    MR_TRY(make_pipeline(&from, 0, 1, &unused, 1, 0, &p));
     mr_data_elem e;
     int end = 0;
     MR_TRY(mr_data_iter_next(p.it, &e, &end));
@@ -296,17 +316,28 @@ static void trainer_free(trainer *t) {
 
 /* The model (sized from the data), its compiled training step, initial parameters and the
  * optimizer: a run at step 0. The training pipeline is built for micro-batches. */
-static mr_status trainer_init(trainer *t, const mr_train_cfg *cfg, int with_optim) {
+static mr_status trainer_init(trainer *t, const mr_train_cfg *cfg, int with_optim, mr_comm *comm) {
     mr_status st = MR_OK;
     memset(t, 0, sizeof *t);
     t->c = *cfg;
     mr_train_cfg *c = &t->c;
+    t->comm = comm;
+    t->world = comm ? mr_comm_size(comm) : 1;
+    t->rank = comm ? mr_comm_rank(comm) : 0;
     MR_TRY(check_cfg(c));
     if (c->schedule.total == 0) c->schedule.total = c->steps;
     MR_CHECK(c->compute == MR_F32 || c->compute == MR_BF16 || c->compute == MR_F16, MR_ERR_UNSUPPORTED,
              "precision.policy: compute type %s is not supported by the trainer", mr_dtype_name(c->compute));
-    const int64_t micro = c->batch / c->accumulate;
-    MR_TRY(make_pipeline(c, 1, micro, &t->image_numel, &t->train));
+    MR_CHECK(c->batch % (c->accumulate * t->world) == 0, MR_ERR_INVALID,
+             "train.batch: the global batch %lld does not split into %d replicas x %lld micro-batches; HINT: make "
+             "train.batch a multiple of %lld",
+             (long long)c->batch, t->world, (long long)c->accumulate, (long long)(c->accumulate * t->world));
+    if (t->rank != 0) { /* rank 0 speaks and writes for the job */
+        c->quiet = 1;
+        c->run_dir = NULL;
+    }
+    const int64_t micro = c->batch / (c->accumulate * t->world);
+    MR_TRY(make_pipeline(c, 1, micro, &t->image_numel, t->world, t->rank, &t->train));
     t->train_size = mr_data_source_size(t->train.ds);
     if (c->model.type == MR_MODEL_MLP) c->model.sizes[0] = t->image_numel;
     if (c->model.type == MR_MODEL_CNN) {
@@ -391,30 +422,32 @@ static mr_status pick_resume(const mr_train_cfg *c, char *path, size_t cap, int 
     return MR_OK;
 }
 
+/* Collective over the replicas (tr_ckpt_save); replica 0 owns the directory. */
 static mr_status save_checkpoint(const trainer *t, mr_train_result *res) {
     char path[4096];
     mr_status st = MR_OK;
-    MR_TRY(mr_mkdirs(t->c.ckpt_dir));
+    if (t->rank == 0) MR_TRY(mr_mkdirs(t->c.ckpt_dir));
     mr_ckpt_path(t->c.ckpt_dir, t->step, path, sizeof path);
     double t0 = now_s();
     MR_TRY(tr_ckpt_save(t, path));
-    if (t->c.ckpt_keep > 0) MR_TRY(mr_ckpt_prune(t->c.ckpt_dir, (int)t->c.ckpt_keep));
+    if (t->c.ckpt_keep > 0 && t->rank == 0) MR_TRY(mr_ckpt_prune(t->c.ckpt_dir, (int)t->c.ckpt_keep));
     snprintf(res->checkpoint, sizeof res->checkpoint, "%s", path);
     if (!t->c.quiet) mr_log_info("saved %s (%.2f s)", path, now_s() - t0);
 fail:
     return st;
 }
 
-mr_status mr_train(const mr_train_cfg *cfg, mr_train_result *res) {
+/* One replica's training loop (all of it when comm is NULL). */
+static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_result *res) {
     mr_status st = MR_OK;
     trainer tr;
     FILE *metrics = NULL;
     float *acc = NULL;
     memset(res, 0, sizeof *res);
     res->eval_loss = res->eval_accuracy = res->eval_perplexity = NAN;
-    MR_TRY(trainer_init(&tr, cfg, 1));
+    MR_TRY(trainer_init(&tr, cfg, 1, comm));
     const mr_train_cfg *c = &tr.c;
-    const int64_t micro = c->batch / c->accumulate, n = tr.n;
+    const int64_t micro = c->batch / (c->accumulate * tr.world), n = tr.n;
     const int32_t *vocab = NULL;
     int64_t nvocab = 0;
     if (c->model.type == MR_MODEL_GPT && c->train_text) MR_TRY(mr_data_text_vocab(tr.train.ds, &vocab, &nvocab));
@@ -422,17 +455,24 @@ mr_status mr_train(const mr_train_cfg *cfg, mr_train_result *res) {
     MR_TRY(mr_steps_get(tr.steps, micro, 1, &s));
     char rpath[4096];
     int resume = 0;
-    MR_TRY(pick_resume(c, rpath, sizeof rpath, &resume));
+    memset(rpath, 0, sizeof rpath);
+    if (tr.rank == 0) MR_TRY(pick_resume(c, rpath, sizeof rpath, &resume));
+    if (comm) { /* replica 0 decides, so every replica loads the same file */
+        MR_TRY(mr_comm_broadcast(comm, rpath, (int64_t)sizeof rpath, MR_U8, 0));
+        resume = rpath[0] != '\0';
+    }
     if (resume) {
+        double t0 = now_s();
         MR_TRY(tr_ckpt_load(&tr, rpath));
         res->resumed_from = tr.step;
-        if (!c->quiet) mr_log_info("resumed from %s at step %lld", rpath, (long long)tr.step);
+        if (!c->quiet) mr_log_info("resumed from %s at step %lld (loaded in %.3f s)", rpath, (long long)tr.step, now_s() - t0);
     } else if (c->init_from && *c->init_from) {
         int64_t unused = 0;
         MR_TRY(tr_load_params(tr.ps, c->init_from, 1, &unused));
         if (!c->quiet) mr_log_info("parameters initialised from %s", c->init_from);
     }
     float *params = mr_params_buffer(tr.ps), *grads = mr_params_grad_buffer(tr.ps);
+    if (comm) MR_TRY(tr_replicas_start(&tr));
     if (c->accumulate > 1) {
         acc = calloc((size_t)n, sizeof *acc);
         MR_CHECK(acc, MR_ERR_NOMEM, "trainer: out of memory for the accumulation buffer");
@@ -443,14 +483,13 @@ mr_status mr_train(const mr_train_cfg *cfg, mr_train_result *res) {
     }
     const int tty = isatty(STDOUT_FILENO);
     const double t_start = now_s();
-    double t_data = 0, t_fwd = 0, t_bwd = 0, t_opt = 0, t_log = t_start;
+    double t_data = 0, t_fwd = 0, t_bwd = 0, t_opt = 0, t_comm = 0, t_log = t_start;
     int64_t timed = 0; /* steps since the last log line */
     if (!c->quiet)
         mr_log_info("training %lld parameters for %lld steps, batch %lld, %s%s, GEMM: %s",
                     (long long)mr_params_total(tr.ps), (long long)c->steps, (long long)c->batch,
                     c->compute == MR_F32 ? "float32" : c->compute == MR_BF16 ? "mixed_bfloat16" : "mixed_float16",
                     tr.scaling ? " with dynamic loss scaling" : "", mr_cpu_gemm_provider());
-    g_stop_signal = 0;
     while (tr.step < c->steps) {
         const int64_t step = tr.step; /* 0-based index of this step */
         double step_loss = 0;
@@ -483,8 +522,20 @@ mr_status mr_train(const mr_train_cfg *cfg, mr_train_result *res) {
             }
         }
         step_loss /= (double)c->accumulate;
-        double t4 = now_s();
         float *g = acc ? acc : grads;
+        int stop = g_stop_signal != 0;
+        if (comm) {
+            /* the replicas' gradients averaged (the gradient of the global batch's mean loss), and
+             * the loss and any stop request agreed, so every replica takes the same decisions */
+            double t5 = now_s();
+            double agree[2] = {step_loss, stop};
+            MR_TRY(mr_comm_allreduce(comm, g, n, MR_F32, MR_REDUCE_AVG));
+            MR_TRY(mr_comm_allreduce(comm, agree, 2, MR_F64, MR_REDUCE_SUM));
+            step_loss = agree[0] / (double)tr.world;
+            stop = agree[1] > 0;
+            t_comm += now_s() - t5;
+        }
+        double t4 = now_s();
         if (c->inject_nonfinite_at == step + 1) g[n / 2] = INFINITY;
         int apply = 1;
         if (tr.scaling) {
@@ -516,7 +567,7 @@ mr_status mr_train(const mr_train_cfg *cfg, mr_train_result *res) {
         }
         tr.step++;
         timed++;
-        if (c->on_step) {
+        if (c->on_step && tr.rank == 0) {
             mr_train_state ts = {tr.step, tr.ps, tr.opt, tr.scaling ? &tr.scaler : NULL, !apply, step_loss};
             c->on_step(c->on_step_ctx, &ts);
         }
@@ -531,10 +582,10 @@ mr_status mr_train(const mr_train_cfg *cfg, mr_train_result *res) {
                 fprintf(metrics,
                         "{\"step\": %lld, \"time\": %.3f, \"loss\": %.6f, \"lr\": %.6g, \"loss_scale\": %g, "
                         "\"skipped_steps\": %lld, \"samples_per_s\": %.1f, \"data_wait_s\": %.6f, \"forward_s\": %.6f, "
-                        "\"backward_s\": %.6f, \"communication_s\": 0, \"optimizer_s\": %.6f}\n",
+                        "\"backward_s\": %.6f, \"communication_s\": %.6f, \"optimizer_s\": %.6f}\n",
                         (long long)tr.step, t - t_start, res->last_loss, lr, scale_now,
                         (long long)(tr.scaling ? tr.scaler.skipped : 0), sps, t_data / steps_timed,
-                        t_fwd / steps_timed, t_bwd / steps_timed, t_opt / steps_timed);
+                        t_fwd / steps_timed, t_bwd / steps_timed, t_comm / steps_timed, t_opt / steps_timed);
                 fflush(metrics);
             }
             if (!c->quiet) {
@@ -543,21 +594,23 @@ mr_status mr_train(const mr_train_cfg *cfg, mr_train_result *res) {
                 if (tr.scaling)
                     snprintf(scale_txt, sizeof scale_txt, "  scale %g (%lld skipped)", tr.scaler.scale,
                              (long long)tr.scaler.skipped);
-                printf("%sstep %lld/%lld  loss %.4f  lr %.3g%s  %.0f samples/s  data %.0f%% fwd %.0f%% bwd %.0f%% "
+                char comm_txt[32] = "";
+                if (comm) snprintf(comm_txt, sizeof comm_txt, " comm %.0f%%", 100 * t_comm / (t - t_log));
+                printf("%sstep %lld/%lld  loss %.4f  lr %.3g%s  %.0f samples/s  data %.0f%% fwd %.0f%% bwd %.0f%%%s "
                        "opt %.0f%%  ETA %.0fs%s",
                        tty ? "\r" : "", (long long)tr.step, (long long)c->steps, res->last_loss, lr, scale_txt, sps,
-                       100 * t_data / (t - t_log), 100 * t_fwd / (t - t_log), 100 * t_bwd / (t - t_log),
+                       100 * t_data / (t - t_log), 100 * t_fwd / (t - t_log), 100 * t_bwd / (t - t_log), comm_txt,
                        100 * t_opt / (t - t_log), eta, tty ? "   " : "\n");
                 fflush(stdout);
             }
             t_log = t;
-            t_data = t_fwd = t_bwd = t_opt = tr.loss_sum = 0;
+            t_data = t_fwd = t_bwd = t_opt = t_comm = tr.loss_sum = 0;
             tr.interval = timed = 0;
         }
         const int have_eval = c->model.type == MR_MODEL_GPT ? (c->eval_tokens || c->eval_text) : c->eval_images != NULL;
         if (have_eval && ((c->eval_every > 0 && tr.step % c->eval_every == 0) || last)) {
             eval_out ev;
-            MR_TRY(evaluate(c, tr.steps, micro, &ev));
+            MR_TRY(evaluate(c, tr.steps, micro, comm, &ev));
             res->eval_loss = ev.loss;
             res->eval_accuracy = ev.accuracy;
             res->eval_perplexity = ev.perplexity;
@@ -581,15 +634,17 @@ mr_status mr_train(const mr_train_cfg *cfg, mr_train_result *res) {
             }
             t_log = now_s(); /* evaluation time is not training throughput */
         }
+        /* one replica stops for a signal that came at any time during the step; replicas stop on
+         * the step they agreed on */
+        if (!comm && g_stop_signal) stop = 1;
         /* after the evaluation: a run killed before the checkpoint redoes that evaluation */
-        int stop = g_stop_signal != 0;
         if (c->ckpt_dir && ((c->ckpt_every > 0 && tr.step % c->ckpt_every == 0) || last || stop)) {
             double t0 = now_s();
             MR_TRY(save_checkpoint(&tr, res));
             t_log += now_s() - t0; /* saving is not training throughput (it has its own log line) */
         }
         if (stop) {
-            res->stopped_by = (int)g_stop_signal;
+            res->stopped_by = g_stop_signal ? (int)g_stop_signal : SIGTERM; /* another replica's signal */
             if (!c->quiet) mr_log_info("stopping at step %lld on signal %d", (long long)tr.step, res->stopped_by);
             break;
         }
@@ -602,7 +657,7 @@ mr_status mr_train(const mr_train_cfg *cfg, mr_train_result *res) {
                         "checkpoint.resume: never to start over)", rpath, (long long)c->steps);
         if (have_eval) {
             eval_out ev;
-            MR_TRY(evaluate(c, tr.steps, micro, &ev));
+            MR_TRY(evaluate(c, tr.steps, micro, comm, &ev));
             res->eval_loss = ev.loss;
             res->eval_accuracy = ev.accuracy;
             res->eval_perplexity = ev.perplexity;
@@ -612,7 +667,8 @@ mr_status mr_train(const mr_train_cfg *cfg, mr_train_result *res) {
     res->seconds = now_s() - t_start;
     res->skipped_steps = tr.scaling ? tr.scaler.skipped : 0;
     res->loss_scale = tr.scaling ? tr.scaler.scale : 1.0;
-    if (vocab && c->sample_chars > 0 && !res->stopped_by) MR_TRY(generate(c, tr.steps, vocab, nvocab, res));
+    if (vocab && c->sample_chars > 0 && !res->stopped_by && tr.rank == 0)
+        MR_TRY(generate(c, tr.steps, vocab, nvocab, res));
     res->compilations = mr_steps_compilations(tr.steps);
 fail:
     if (metrics) fclose(metrics);
@@ -621,12 +677,84 @@ fail:
     return st;
 }
 
+/* Local replicas: one thread each, over the local backend. A replica that fails aborts the group,
+ * so the others stop at their next collective instead of waiting out the deadline. */
+typedef struct local_replica {
+    const mr_train_cfg *cfg;
+    mr_comm *comm;
+    int threads; /* OpenMP threads for this replica's kernels */
+    mr_train_result res;
+    mr_status st;
+    char err[1024];
+} local_replica;
+
+static void *local_main(void *arg) {
+    local_replica *r = arg;
+#ifdef _OPENMP
+    omp_set_num_threads(r->threads);
+#endif
+    r->st = train_replica(r->cfg, r->comm, &r->res);
+    if (r->st != MR_OK) {
+        snprintf(r->err, sizeof r->err, "%s", mr_last_error());
+        mr_comm_abort(r->comm, 1, r->err);
+    }
+    return NULL;
+}
+
+static mr_status train_local(const mr_train_cfg *cfg, mr_train_result *res) {
+    const int n = cfg->replicas;
+    mr_status st = MR_OK;
+    mr_comm **comms = calloc((size_t)n, sizeof *comms);
+    local_replica *reps = calloc((size_t)n, sizeof *reps);
+    pthread_t *tid = calloc((size_t)n, sizeof *tid);
+    int started = 0;
+    MR_CHECK(comms && reps && tid, MR_ERR_NOMEM, "trainer: out of memory for %d replicas", n);
+    MR_TRY(mr_comm_local_new(n, cfg->comm_timeout_s > 0 ? cfg->comm_timeout_s : 300.0, comms));
+    int cores = 1;
+#ifdef _OPENMP
+    cores = omp_get_max_threads();
+#endif
+    for (int r = 0; r < n; r++) {
+        reps[r] = (local_replica){.cfg = cfg, .comm = comms[r], .threads = cores / n > 0 ? cores / n : 1};
+        if (r > 0 && pthread_create(&tid[r], NULL, local_main, &reps[r]) != 0) {
+            mr_comm_abort(comms[0], 1, "cannot start a replica thread");
+            break;
+        }
+        started = r + 1;
+    }
+    local_main(&reps[0]); /* replica 0 runs here */
+    for (int r = 1; r < started; r++) pthread_join(tid[r], NULL);
+    /* report the root cause: the first replica that failed for a reason other than the abort */
+    int cause = -1;
+    for (int r = 0; r < n && cause < 0; r++)
+        if (reps[r].st != MR_OK && reps[r].st != MR_ERR_COMM) cause = r;
+    for (int r = 0; r < n && cause < 0; r++)
+        if (reps[r].st != MR_OK) cause = r;
+    if (started < n && cause < 0) st = mr_set_error(MR_ERR_NOMEM, "trainer: cannot start %d replica threads", n);
+    if (cause >= 0) st = mr_set_error(reps[cause].st, "replica %d: %s", cause, reps[cause].err);
+    *res = reps[0].res;
+fail:
+    if (comms)
+        for (int r = 0; r < n; r++) mr_comm_free(comms[r]);
+    free(comms);
+    free(reps);
+    free(tid);
+    return st;
+}
+
+mr_status mr_train(const mr_train_cfg *cfg, mr_train_result *res) {
+    g_stop_signal = 0;
+    if (cfg->comm) return train_replica(cfg, cfg->comm, res);
+    if (cfg->replicas > 1) return train_local(cfg, res);
+    return train_replica(cfg, NULL, res);
+}
+
 mr_status mr_evaluate_checkpoint(const mr_train_cfg *cfg, const char *checkpoint, mr_train_result *res) {
     mr_status st = MR_OK;
     trainer tr;
     memset(res, 0, sizeof *res);
     res->eval_loss = res->eval_accuracy = res->eval_perplexity = NAN;
-    MR_TRY(trainer_init(&tr, cfg, 0));
+    MR_TRY(trainer_init(&tr, cfg, 0, NULL));
     const mr_train_cfg *c = &tr.c;
     MR_CHECK(c->model.type == MR_MODEL_GPT ? (c->eval_tokens || c->eval_text) : c->eval_images != NULL,
              MR_ERR_INVALID, "data.eval: the config has no evaluation data");
@@ -636,7 +764,7 @@ mr_status mr_evaluate_checkpoint(const mr_train_cfg *cfg, const char *checkpoint
     MR_TRY(tr_load_params(tr.ps, checkpoint, foreign, &res->steps));
     eval_out ev;
     double t0 = now_s();
-    MR_TRY(evaluate(c, tr.steps, c->batch / c->accumulate, &ev));
+    MR_TRY(evaluate(c, tr.steps, c->batch / c->accumulate, NULL, &ev));
     res->seconds = now_s() - t0;
     res->eval_loss = ev.loss;
     res->eval_accuracy = ev.accuracy;

@@ -21,6 +21,7 @@ extern "C" {
 #define MR_TEXT_HOLDOUT 64
 
 struct mr_train_state;
+struct mr_comm;
 
 typedef struct mr_train_cfg {
     mr_model_cfg model;
@@ -58,6 +59,14 @@ typedef struct mr_train_cfg {
     const char *ckpt_dir;
     int64_t ckpt_every, ckpt_keep;
     const char *resume, *init_from, *config_text;
+    /* Replicas (MirroredStrategy): train.batch is global and split evenly over them; gradients
+     * are averaged with an all-reduce, so N replicas update like one with the whole batch.
+     * comm: an MPI communicator (distribute/comm.h, borrowed): one replica per rank. Else
+     * replicas > 1: that many CPU replicas in this process (threads, the `local` backend). Every
+     * collective has the deadline comm_timeout_s (local replicas; 300 s when 0). */
+    struct mr_comm *comm;
+    int replicas;
+    double comm_timeout_s;
     /* Tests: after every completed step (skipped ones too) on_step is called with the state; at
      * 1-based step inject_nonfinite_at (0: never) one gradient is set to +inf after the backward,
      * as an f16 overflow would. */
@@ -66,7 +75,7 @@ typedef struct mr_train_cfg {
     int64_t inject_nonfinite_at;
 } mr_train_cfg;
 
-/* What on_step sees (borrowed for the call): the registry (parameters by name), the optimizer
+/* What on_step sees on replica 0 (borrowed for the call): the registry (parameters by name), the optimizer
  * (state slots), the scaler and the step just completed (1-based). */
 typedef struct mr_train_state {
     int64_t step;

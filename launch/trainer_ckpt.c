@@ -29,6 +29,7 @@ mr_status tr_ckpt_save(const trainer *t, const char *path) {
     mr_ckpt_writer *w = NULL;
     void *blob = NULL;
     size_t bytes = 0;
+    int64_t *sizes = NULL;
     char name[1024];
     const mr_train_cfg *c = &t->c;
     MR_TRY(mr_ckpt_writer_new(&w));
@@ -43,11 +44,30 @@ mr_status tr_ckpt_save(const trainer *t, const char *path) {
         }
     }
     MR_TRY(mr_data_iter_save(t->train.it, &blob, &bytes));
-    MR_TRY(mr_ckpt_writer_add_blob(w, "state/data_iter/0", blob, bytes));
+    if (!t->comm) {
+        MR_TRY(mr_ckpt_writer_add_blob(w, "state/data_iter/0", blob, bytes));
+    } else {
+        /* every replica's iterator state, to replica 0 (sizes differ: gather them first) */
+        int64_t mine = (int64_t)bytes;
+        sizes = calloc((size_t)t->world, sizeof *sizes);
+        MR_CHECK(sizes, MR_ERR_NOMEM, "checkpoint: out of memory");
+        MR_TRY(mr_comm_allgather(t->comm, &mine, sizes, 1, MR_I64));
+        for (int r = 0; r < t->world; r++) {
+            void *b = r == t->rank ? blob : malloc((size_t)sizes[r] + 1);
+            MR_CHECK(b, MR_ERR_NOMEM, "checkpoint: out of memory");
+            mr_status bs = mr_comm_broadcast(t->comm, b, sizes[r], MR_U8, r);
+            if (bs == MR_OK && t->rank == 0) {
+                snprintf(name, sizeof name, "state/data_iter/%d", r);
+                bs = mr_ckpt_writer_add_blob(w, name, b, (size_t)sizes[r]);
+            }
+            if (b != blob) free(b);
+            MR_TRY(bs);
+        }
+    }
     MR_TRY(mr_ckpt_writer_attr_i64(w, "step", t->step));
     MR_TRY(mr_ckpt_writer_attr_f64(w, "epoch", t->train_size > 0 ? (double)(t->step * c->batch) / (double)t->train_size : 0.0));
     MR_TRY(mr_ckpt_writer_attr_str(w, "mirror_version", MIRROR_VERSION));
-    MR_TRY(mr_ckpt_writer_attr_i64(w, "world_size", 1));
+    MR_TRY(mr_ckpt_writer_attr_i64(w, "world_size", t->world));
     MR_TRY(mr_ckpt_writer_attr_str(w, "model", MODEL_NAMES[c->model.type]));
     MR_TRY(mr_ckpt_writer_attr_str(w, "precision", compute_name(c->compute)));
     MR_TRY(mr_ckpt_writer_attr_str(w, "config", c->config_text ? c->config_text : ""));
@@ -75,8 +95,19 @@ mr_status tr_ckpt_save(const trainer *t, const char *path) {
     MR_TRY(mr_ckpt_writer_attr_i64(w, "rng.dropout_step", t->step * c->accumulate));
     MR_TRY(mr_ckpt_writer_attr_f64(w, "metrics.loss_sum", t->loss_sum));
     MR_TRY(mr_ckpt_writer_attr_i64(w, "metrics.interval", t->interval));
-    MR_TRY(mr_ckpt_writer_write(w, path));
+    if (t->rank == 0) st = mr_ckpt_writer_write(w, path);
+    if (t->comm) {
+        /* replica 0's outcome is everybody's: a failed save stops every replica alike */
+        int64_t ok = st == MR_OK;
+        char why[512];
+        snprintf(why, sizeof why, "%s", st == MR_OK ? "" : mr_last_error());
+        MR_TRY(mr_comm_broadcast(t->comm, &ok, 1, MR_I64, 0));
+        MR_TRY(mr_comm_broadcast(t->comm, why, (int64_t)sizeof why, MR_U8, 0));
+        why[sizeof why - 1] = '\0';
+        if (!ok && t->rank != 0) st = mr_set_error(MR_ERR_IO, "replica 0 could not save %s: %s", path, why);
+    }
 fail:
+    free(sizes);
     free(blob);
     mr_ckpt_writer_free(w);
     return st;
@@ -171,8 +202,17 @@ mr_status tr_ckpt_load(trainer *t, const char *path) {
         mr_log_warn("%s: saved with seed %lld, the config says %llu: data order and dropout follow the config from here",
                     path, (long long)v, (unsigned long long)c->seed);
     /* the data order: exact when the pipeline is the same (same data, batch, shuffle, world size) */
-    MR_TRY(mr_ckpt_read_blob(r, "state/data_iter/0", &blob, &bytes));
-    if (mr_data_iter_restore(t->train.it, blob, bytes) != MR_OK) {
+    int64_t saved_world = 1;
+    if (mr_ckpt_attr_i64(r, "world_size", &saved_world) != MR_OK) saved_world = 1;
+    char bname[64];
+    snprintf(bname, sizeof bname, "state/data_iter/%d", t->rank);
+    if (saved_world != t->world) {
+        if (t->rank == 0)
+            mr_log_warn("%s: written by %lld replicas, resumed by %d: the parameters, optimizer state and schedule "
+                        "resume; the data order starts over (each replica now reads every %d-th element of a fresh "
+                        "shuffle, so examples seen since the last epoch boundary may repeat)",
+                        path, (long long)saved_world, t->world, t->world);
+    } else if (mr_ckpt_read_blob(r, bname, &blob, &bytes) != MR_OK || mr_data_iter_restore(t->train.it, blob, bytes) != MR_OK) {
         int64_t old_batch = 0;
         if (mr_ckpt_attr_i64(r, "train.batch", &old_batch) != MR_OK) old_batch = -1;
         mr_log_warn("%s: the data pipeline differs from the checkpoint's (batch %lld -> %lld, or the data or shuffle "

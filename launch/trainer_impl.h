@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include "autodiff/steps.h"
 #include "data/data.h"
+#include "distribute/comm.h"
 #include "launch/trainer.h"
 
 typedef struct tr_pipeline {
@@ -14,7 +15,10 @@ typedef struct tr_pipeline {
 } tr_pipeline;
 
 typedef struct trainer {
-    mr_train_cfg c;         /* resolved: model sizes from the data, schedule.total set */
+    mr_train_cfg c;         /* resolved: model sizes from the data, schedule.total set; quiet and
+                             * without run_dir on ranks other than 0 */
+    mr_comm *comm;          /* the replicas' communicator (NULL: one replica) */
+    int rank, world;
     mr_params *ps;
     mr_steps *steps;
     mr_optim *opt;
@@ -31,14 +35,22 @@ typedef struct trainer {
     int64_t image_numel;    /* the image map's context: lives as long as the pipeline */
 } trainer;
 
-/* Writes the run's state to path (atomically; checkpoint/ckpt.h). */
+/* Writes the run's state to path (atomically; checkpoint/ckpt.h). Collective over t->comm: every
+ * replica's data-iterator state goes into the file, which replica 0 writes; every replica gets
+ * its status. */
 mr_status tr_ckpt_save(const trainer *t, const char *path) MR_WUR;
 /* Restores the run's state from a checkpoint written by tr_ckpt_save (a compatible model: every
- * parameter by name and shape). The optimizer kind must match. */
+ * parameter by name and shape). The optimizer kind must match. Each replica reads the file and
+ * its own data-iterator state; with another world size the data order starts over (logged). */
 mr_status tr_ckpt_load(trainer *t, const char *path) MR_WUR;
 /* Loads /params of an HDF5 file into the registry: every registry parameter must be there with
  * its shape and the file may hold no other (errors name the parameter). foreign: any HDF5 file
  * (init_from), else a mirror checkpoint. *step gets the checkpoint's step (0 if none). */
 mr_status tr_load_params(mr_params *ps, const char *path, int foreign, int64_t *step) MR_WUR;
+
+/* With several replicas, at the start: replica 0's parameters and optimizer state to every
+ * replica, then a handshake comparing mirror's version, the experiment and the parameters' names
+ * and shapes; a difference fails on every replica naming it and the replicas that differ. */
+mr_status tr_replicas_start(trainer *t) MR_WUR;
 
 #endif

@@ -1,0 +1,71 @@
+/* The trainer's replicas (MirroredStrategy over distribute/comm.h): the start of a run with
+ * several replicas — one set of parameters and optimizer state for all, and a handshake that
+ * catches a rank launched with another config, model or mirror build before any step runs. The
+ * per-step all-reduce lives in the loop (trainer.c), the checkpoint's per-replica data state in
+ * trainer_ckpt.c. */
+#include "launch/trainer_impl.h"
+#include "core/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef MIRROR_VERSION
+#define MIRROR_VERSION "unknown"
+#endif
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t fnv_str(uint64_t h, const char *s) { return fnv(h, s, strlen(s) + 1); }
+
+enum { H_VERSION, H_CONFIG, H_PARAMS, H_COUNT };
+
+mr_status tr_replicas_start(trainer *t) {
+    mr_status st = MR_OK;
+    int64_t mine[H_COUNT], *all = NULL;
+    const uint64_t basis = 0xcbf29ce484222325ull;
+    mine[H_VERSION] = (int64_t)fnv_str(basis, MIRROR_VERSION);
+    mine[H_CONFIG] = (int64_t)fnv_str(basis, t->c.config_text ? t->c.config_text : "");
+    uint64_t h = basis;
+    for (int32_t i = 0; i < mr_params_count(t->ps); i++) {
+        mr_shape sh = mr_params_shape(t->ps, i);
+        h = fnv_str(h, mr_params_name(t->ps, i));
+        h = fnv(h, &sh.ndim, sizeof sh.ndim);
+        h = fnv(h, sh.dim, sizeof(int64_t) * (size_t)sh.ndim);
+    }
+    mine[H_PARAMS] = (int64_t)h;
+    all = calloc((size_t)t->world * H_COUNT, sizeof *all);
+    MR_CHECK(all, MR_ERR_NOMEM, "trainer: out of memory for the handshake");
+    MR_TRY(mr_comm_allgather(t->comm, mine, all, H_COUNT, MR_I64));
+    static const char *const what[H_COUNT] = {"mirror build (version)", "experiment configuration (YAML after --set)",
+                                              "model parameters (names and shapes)"};
+    static const char *const hint[H_COUNT] = {
+        "install the same mirror build on every node", "launch every rank with the same config file and --set arguments",
+        "launch every rank with the same model config and data (the data sets the input size and vocabulary)"};
+    for (int k = 0; k < H_COUNT; k++) {
+        char ranks[256] = "";
+        int bad = 0;
+        for (int r = 1; r < t->world; r++)
+            if (all[r * H_COUNT + k] != all[k]) {
+                if (bad < 8) snprintf(ranks + strlen(ranks), sizeof ranks - strlen(ranks), "%s%d", bad ? ", " : "", r);
+                bad++;
+            }
+        MR_CHECK(!bad, MR_ERR_INVALID, "replicas differ: the %s of rank(s) %s%s is not rank 0's; HINT: %s", what[k],
+                 ranks, bad > 8 ? " and more" : "", hint[k]);
+    }
+    /* replica 0's values everywhere (they agree already when seeded alike; a resumed or
+     * init_from run relies on it less than on the file, but nothing may drift) */
+    MR_TRY(mr_comm_broadcast(t->comm, mr_params_buffer(t->ps), t->n, MR_F32, 0));
+    for (int k = 0; k < mr_optim_num_slots(t->opt); k++)
+        MR_TRY(mr_comm_broadcast(t->comm, mr_optim_slot(t->opt, k), t->n, MR_F32, 0));
+    if (t->rank == 0 && !t->c.quiet)
+        mr_log_info("%d replicas (%s backend): handshake passed, parameters broadcast from replica 0", t->world,
+                    mr_comm_backend_of(t->comm) == MR_COMM_MPI ? "mpi" : "local");
+fail:
+    free(all);
+    return st;
+}

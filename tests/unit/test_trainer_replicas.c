@@ -1,0 +1,171 @@
+/* Replicas in one process (the `local` backend, one thread per replica): with the same global batch,
+ * 2 and 4 replicas train the parameters one replica trains, within float rounding (the measured
+ * maximum difference is printed), also with gradient accumulation; a 2-replica run is
+ * deterministic; stopped and resumed it is bit-identical to one that never stopped; and its
+ * checkpoint resumes on another number of replicas. (mpirun: tests/mpi/train.sh.) */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "checkpoint/ckpt.h"
+#include "launch/trainer.h"
+
+#define FM "/usr/share/datasets/fashion-mnist/"
+#define STEPS 50
+
+static int have_data(void) { return access(FM "train-images-idx3-ubyte.gz", R_OK) == 0; }
+
+static mr_train_cfg small_mlp(const char *dir, int replicas) {
+    mr_train_cfg c = mr_train_cfg_default();
+    c.model = mr_model_cfg_default(MR_MODEL_MLP);
+    c.model.sizes[1] = 64;
+    c.model.sizes[2] = 10;
+    c.model.n_sizes = 3;
+    c.optim = mr_optim_cfg_default(MR_OPTIM_SGD);
+    c.optim.lr = 0.05;
+    c.optim.momentum = 0.9;
+    c.steps = STEPS;
+    c.batch = 64;
+    c.log_every = 10;
+    c.shuffle = 1000;
+    c.train_images = FM "train-images-idx3-ubyte.gz";
+    c.train_labels = FM "train-labels-idx1-ubyte.gz";
+    c.eval_images = FM "t10k-images-idx3-ubyte.gz";
+    c.eval_labels = FM "t10k-labels-idx1-ubyte.gz";
+    c.quiet = 1;
+    c.run_dir = c.ckpt_dir = dir;
+    c.resume = "auto";
+    c.replicas = replicas;
+    c.comm_timeout_s = 60;
+    return c;
+}
+
+/* The largest |a - b| over the parameters of two checkpoints. */
+static double max_param_diff(const char *a, const char *b) {
+    mr_ckpt_reader *ra = NULL, *rb = NULL;
+    MR_ASSERT_OK(mr_ckpt_open(a, 0, &ra));
+    MR_ASSERT_OK(mr_ckpt_open(b, 0, &rb));
+    char **names = NULL;
+    int n = 0;
+    double worst = 0;
+    MR_ASSERT_OK(mr_ckpt_list(ra, "params", &names, &n));
+    assert_true(n > 0);
+    for (int i = 0; i < n; i++) {
+        char p[512];
+        mr_dtype dt;
+        mr_shape sh;
+        snprintf(p, sizeof p, "params/%s", names[i]);
+        MR_ASSERT_OK(mr_ckpt_info(ra, p, &dt, &sh));
+        int64_t k = mr_shape_numel(&sh);
+        float *x = malloc((size_t)k * sizeof *x), *y = malloc((size_t)k * sizeof *y);
+        MR_ASSERT_OK(mr_ckpt_read(ra, p, MR_F32, &sh, x));
+        MR_ASSERT_OK(mr_ckpt_read(rb, p, MR_F32, &sh, y));
+        for (int64_t j = 0; j < k; j++) {
+            double d = fabs((double)x[j] - (double)y[j]);
+            if (!(d <= worst)) worst = d;
+        }
+        free(x);
+        free(y);
+    }
+    mr_ckpt_names_free(names, n);
+    mr_ckpt_close(ra);
+    mr_ckpt_close(rb);
+    return worst;
+}
+
+static const char *final_ckpt(const char *dir) {
+    static char path[3][4096];
+    static int k;
+    k = (k + 1) % 3;
+    mr_ckpt_path(dir, STEPS, path[k], sizeof path[k]);
+    return path[k];
+}
+
+static const char *run_dir(const char *tag) {
+    static char d[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(d[k], sizeof d[k], "%s/%s", th_tmp_dir(), tag);
+    return d[k];
+}
+
+static void test_replicas_match_one(void **state) {
+    (void)state;
+    if (!have_data()) skip();
+    for (int accumulate = 1; accumulate <= 2; accumulate++) {
+        char one[512];
+        snprintf(one, sizeof one, "%s", run_dir(accumulate == 1 ? "one" : "one-acc"));
+        mr_train_cfg c = small_mlp(one, 1);
+        c.accumulate = accumulate;
+        mr_train_result r1, rn;
+        MR_ASSERT_OK(mr_train(&c, &r1));
+        for (int n = 2; n <= 4; n += 2) {
+            char tag[64];
+            snprintf(tag, sizeof tag, "rep%d-acc%d", n, accumulate);
+            const char *dn = run_dir(tag);
+            mr_train_cfg cn = small_mlp(dn, n);
+            cn.accumulate = accumulate;
+            MR_ASSERT_OK(mr_train(&cn, &rn));
+            double d = max_param_diff(final_ckpt(one), final_ckpt(dn));
+            fprintf(stderr, "1 vs %d replicas (accumulate %d): max |param diff| %.3g after %d steps; loss %.6f vs %.6f, "
+                            "eval accuracy %.4f vs %.4f\n",
+                    n, accumulate, d, STEPS, r1.last_loss, rn.last_loss, r1.eval_accuracy, rn.eval_accuracy);
+            assert_true(d < 1e-5);
+            assert_true(fabs(r1.last_loss - rn.last_loss) < 1e-4);
+            assert_true(fabs(r1.eval_accuracy - rn.eval_accuracy) < 2e-3);
+        }
+    }
+}
+
+static void stop_at(void *ctx, const mr_train_state *s) {
+    if (s->step == *(int64_t *)ctx) mr_train_request_stop(SIGUSR1);
+}
+
+/* 2 replicas: deterministic, stop + resume bit-exact, and the checkpoint resumes on 1 replica. */
+static void test_replicas_resume(void **state) {
+    (void)state;
+    if (!have_data()) skip();
+    char a[512], b[512], straight2[512];
+    snprintf(a, sizeof a, "%s", run_dir("two-a"));
+    snprintf(b, sizeof b, "%s", run_dir("two-b"));
+    snprintf(straight2, sizeof straight2, "%s", run_dir("two-again"));
+    mr_train_result r;
+    mr_train_cfg c = small_mlp(a, 2);
+    MR_ASSERT_OK(mr_train(&c, &r));
+    c = small_mlp(straight2, 2);
+    MR_ASSERT_OK(mr_train(&c, &r));
+    assert_true(max_param_diff(final_ckpt(a), final_ckpt(straight2)) == 0.0);
+    c = small_mlp(b, 2);
+    int64_t at = 17;
+    c.on_step = stop_at;
+    c.on_step_ctx = &at;
+    MR_ASSERT_OK(mr_train(&c, &r));
+    assert_int_equal(r.stopped_by, SIGUSR1);
+    assert_true(r.steps > 17 && r.steps < STEPS); /* the replicas agree on a step at or after the signal */
+    int64_t stopped = r.steps;
+    c.on_step = NULL;
+    MR_ASSERT_OK(mr_train(&c, &r));
+    assert_int_equal(r.resumed_from, stopped);
+    double d = max_param_diff(final_ckpt(a), final_ckpt(b));
+    fprintf(stderr, "2 replicas stopped at %lld and resumed: max |param diff| to the straight run %.3g\n",
+            (long long)stopped, d);
+    assert_true(d == 0.0);
+    /* another world size: the model and optimizer resume; the run finishes */
+    char one[512];
+    snprintf(one, sizeof one, "%s", run_dir("resume-on-one"));
+    c = small_mlp(one, 1);
+    c.steps = STEPS + 10;
+    c.resume = final_ckpt(a);
+    MR_ASSERT_OK(mr_train(&c, &r));
+    assert_int_equal(r.resumed_from, STEPS);
+    assert_int_equal(r.steps, STEPS + 10);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_replicas_match_one), cmocka_unit_test(test_replicas_resume)};
+    return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);
+}
