@@ -154,6 +154,10 @@ size_t mr_plan_unshared_bytes(const mr_plan *p);
 mr_status mr_plan_run_range(mr_plan *p, int32_t first, int32_t last) MR_WUR;
 /* Number of kernels one run launches. */
 int32_t mr_plan_num_kernels(const mr_plan *p);
+/* The number of kernels after which bound memory [data, data + bytes) holds its final values for
+ * a run: one past the last kernel that writes into it (0: none does). For overlapping work with
+ * the rest of a run, e.g. all-reducing a gradient bucket while the backward goes on. */
+int32_t mr_plan_ready_after(const mr_plan *p, const void *data, size_t bytes);
 /* New dropout masks for a new step without recompiling: every dropout node (and its backward,
  * which recomputes the same mask) draws from Philox blocks offset by step * 2^32 from those it
  * was built with. Step 0 gives the built masks. */

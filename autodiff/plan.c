@@ -338,3 +338,17 @@ void *mr_plan_data(const mr_plan *p, mr_val v) {
 size_t mr_plan_arena_bytes(const mr_plan *p) { return p->arena_bytes; }
 size_t mr_plan_unshared_bytes(const mr_plan *p) { return p->unshared_bytes; }
 int32_t mr_plan_num_kernels(const mr_plan *p) { return p->nnodes; }
+
+int32_t mr_plan_ready_after(const mr_plan *p, const void *data, size_t bytes) {
+    const char *lo = data, *hi = lo + bytes;
+    int32_t ready = 0;
+    for (int32_t i = 0; i < p->npatches; i++) {
+        const patch *q = &p->patches[i];
+        const char *b = p->bound[q->value];
+        if (!q->is_out || !b) continue;
+        const mr_view *out = &p->args[q->node].out[q->slot];
+        const char *w = b + q->off, *we = w + mr_shape_numel(&out->shape) * (int64_t)mr_dtype_size(out->dtype);
+        if (w < hi && we > lo && q->node + 1 > ready) ready = q->node + 1;
+    }
+    return ready;
+}

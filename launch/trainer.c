@@ -437,12 +437,57 @@ fail:
     return st;
 }
 
+/* ---- gradient buckets: all-reduced while the backward goes on ---------------------------------- */
+
+typedef struct bucket {
+    int64_t off, n;   /* a contiguous range of the gradient buffer */
+    int32_t ready;    /* the plan kernels after which its gradients are final */
+    int64_t ticket;
+} bucket;
+
+static int cmp_bucket(const void *a, const void *b) {
+    const bucket *x = a, *y = b;
+    return (x->ready > y->ready) - (x->ready < y->ready);
+}
+
+/* Buckets of at most cap_bytes (a parameter bigger than that is a bucket of its own) over
+ * consecutive parameters, taken from the last one back (the backward produces the last layers'
+ * gradients first), sorted by when they are ready. */
+static mr_status make_buckets(const mr_params *ps, const mr_plan *plan, const float *grads, double cap_bytes,
+                              bucket **out, int *nb) {
+    const int32_t np = mr_params_count(ps);
+    bucket *b = calloc((size_t)np, sizeof *b);
+    if (!b) return mr_set_error(MR_ERR_NOMEM, "trainer: out of memory for gradient buckets");
+    int k = -1;
+    int64_t end = 0;
+    for (int32_t i = np - 1; i >= 0; i--) {
+        int64_t off = mr_params_offset(ps, i), n = mr_params_numel(ps, i);
+        int32_t ready = mr_plan_ready_after(plan, grads + off, sizeof(float) * (size_t)n);
+        if (k < 0 || (double)(end - off) * sizeof(float) > cap_bytes) {
+            k++;
+            b[k].off = off;
+            end = off + n;
+            b[k].ready = 0;
+        }
+        b[k].off = off;
+        b[k].n = end - off;
+        if (ready > b[k].ready) b[k].ready = ready;
+    }
+    *nb = k + 1;
+    qsort(b, (size_t)*nb, sizeof *b, cmp_bucket);
+    *out = b;
+    return MR_OK;
+}
+
 /* One replica's training loop (all of it when comm is NULL). */
 static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_result *res) {
     mr_status st = MR_OK;
     trainer tr;
     FILE *metrics = NULL;
     float *acc = NULL;
+    bucket *buckets = NULL;
+    int nbuckets = 0;
+    mr_comm_queue *queue = NULL;
     memset(res, 0, sizeof *res);
     res->eval_loss = res->eval_accuracy = res->eval_perplexity = NAN;
     MR_TRY(trainer_init(&tr, cfg, 1, comm));
@@ -473,6 +518,18 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
     }
     float *params = mr_params_buffer(tr.ps), *grads = mr_params_grad_buffer(tr.ps);
     if (comm) MR_TRY(tr_replicas_start(&tr));
+    /* with several replicas and no accumulation, each gradient bucket is all-reduced on the
+     * communication thread as soon as the backward has finished it */
+    /* bench/run_dist.sh's baseline: the same replicas with no gradient exchange at all (the
+     * replicas then drift apart; never for training) */
+    const int no_allreduce = comm && getenv("MIRROR_BENCH_NO_ALLREDUCE") && !strcmp(getenv("MIRROR_BENCH_NO_ALLREDUCE"), "1");
+    if (no_allreduce && tr.rank == 0) mr_log_warn("MIRROR_BENCH_NO_ALLREDUCE=1: replicas do not exchange gradients");
+    if (comm && c->accumulate == 1 && !no_allreduce) {
+        double cap = (c->bucket_mb > 0 ? c->bucket_mb : 16.0) * 1048576.0;
+        MR_TRY(make_buckets(tr.ps, s->plan, grads, cap, &buckets, &nbuckets));
+        MR_TRY(mr_comm_queue_new(comm, &queue));
+    }
+    double busy0 = 0;
     if (c->accumulate > 1) {
         acc = calloc((size_t)n, sizeof *acc);
         MR_CHECK(acc, MR_ERR_NOMEM, "trainer: out of memory for the accumulation buffer");
@@ -506,7 +563,20 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
             mr_plan_set_dropout_step(s->plan, (uint64_t)(step * c->accumulate + m)); /* fresh masks each micro-step */
             MR_TRY(mr_plan_run_range(s->plan, 0, s->n_forward));
             double t2 = now_s();
-            MR_TRY(mr_plan_run_range(s->plan, s->n_forward, mr_plan_num_kernels(s->plan)));
+            if (queue) {
+                int32_t at = s->n_forward;
+                for (int b = 0; b < nbuckets; b++) {
+                    if (buckets[b].ready > at) {
+                        MR_TRY(mr_plan_run_range(s->plan, at, buckets[b].ready));
+                        at = buckets[b].ready;
+                    }
+                    MR_TRY(mr_comm_queue_allreduce(queue, grads + buckets[b].off, buckets[b].n, MR_F32, MR_REDUCE_AVG,
+                                                   &buckets[b].ticket));
+                }
+                MR_TRY(mr_plan_run_range(s->plan, at, mr_plan_num_kernels(s->plan)));
+            } else {
+                MR_TRY(mr_plan_run_range(s->plan, s->n_forward, mr_plan_num_kernels(s->plan)));
+            }
             double t3 = now_s();
             t_data += t1 - t0;
             t_fwd += t2 - t1;
@@ -529,7 +599,10 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
              * the loss and any stop request agreed, so every replica takes the same decisions */
             double t5 = now_s();
             double agree[2] = {step_loss, stop};
-            MR_TRY(mr_comm_allreduce(comm, g, n, MR_F32, MR_REDUCE_AVG));
+            if (queue) /* what the backward did not hide */
+                for (int b = 0; b < nbuckets; b++) MR_TRY(mr_comm_queue_wait(queue, buckets[b].ticket));
+            else if (!no_allreduce)
+                MR_TRY(mr_comm_allreduce(comm, g, n, MR_F32, MR_REDUCE_AVG));
             MR_TRY(mr_comm_allreduce(comm, agree, 2, MR_F64, MR_REDUCE_SUM));
             step_loss = agree[0] / (double)tr.world;
             stop = agree[1] > 0;
@@ -578,14 +651,23 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
             double sps = (double)c->batch * steps_timed / (t - t_log);
             res->last_loss = tr.interval > 0 ? tr.loss_sum / k : NAN;
             double scale_now = tr.scaling ? tr.scaler.scale : 1.0;
+            /* the share of the all-reduce time that ran behind the backward (0 without overlap) */
+            double hidden = 0;
+            if (queue) {
+                double busy = mr_comm_queue_busy_seconds(queue) - busy0;
+                hidden = busy > 0 ? 1.0 - t_comm / busy : 0;
+                if (hidden < 0) hidden = 0;
+                busy0 += busy;
+            }
             if (metrics) {
                 fprintf(metrics,
                         "{\"step\": %lld, \"time\": %.3f, \"loss\": %.6f, \"lr\": %.6g, \"loss_scale\": %g, "
                         "\"skipped_steps\": %lld, \"samples_per_s\": %.1f, \"data_wait_s\": %.6f, \"forward_s\": %.6f, "
-                        "\"backward_s\": %.6f, \"communication_s\": %.6f, \"optimizer_s\": %.6f}\n",
+                        "\"backward_s\": %.6f, \"communication_s\": %.6f, \"communication_hidden\": %.3f, "
+                        "\"optimizer_s\": %.6f}\n",
                         (long long)tr.step, t - t_start, res->last_loss, lr, scale_now,
                         (long long)(tr.scaling ? tr.scaler.skipped : 0), sps, t_data / steps_timed,
-                        t_fwd / steps_timed, t_bwd / steps_timed, t_comm / steps_timed, t_opt / steps_timed);
+                        t_fwd / steps_timed, t_bwd / steps_timed, t_comm / steps_timed, hidden, t_opt / steps_timed);
                 fflush(metrics);
             }
             if (!c->quiet) {
@@ -595,7 +677,9 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
                     snprintf(scale_txt, sizeof scale_txt, "  scale %g (%lld skipped)", tr.scaler.scale,
                              (long long)tr.scaler.skipped);
                 char comm_txt[32] = "";
-                if (comm) snprintf(comm_txt, sizeof comm_txt, " comm %.0f%%", 100 * t_comm / (t - t_log));
+                if (comm)
+                    snprintf(comm_txt, sizeof comm_txt, " comm %.0f%% (%.0f%% hidden)", 100 * t_comm / (t - t_log),
+                             100 * hidden);
                 printf("%sstep %lld/%lld  loss %.4f  lr %.3g%s  %.0f samples/s  data %.0f%% fwd %.0f%% bwd %.0f%%%s "
                        "opt %.0f%%  ETA %.0fs%s",
                        tty ? "\r" : "", (long long)tr.step, (long long)c->steps, res->last_loss, lr, scale_txt, sps,
@@ -673,6 +757,8 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
 fail:
     if (metrics) fclose(metrics);
     free(acc);
+    mr_comm_queue_free(queue);
+    free(buckets);
     trainer_free(&tr);
     return st;
 }

@@ -67,6 +67,7 @@ typedef struct mr_train_cfg {
     struct mr_comm *comm;
     int replicas;
     double comm_timeout_s;
+    double bucket_mb;           /* gradient bucket size for the overlapped all-reduce (16 when 0) */
     /* Tests: after every completed step (skipped ones too) on_step is called with the state; at
      * 1-based step inject_nonfinite_at (0: never) one gradient is set to +inf after the backward,
      * as an f16 overflow would. */

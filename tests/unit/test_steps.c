@@ -142,8 +142,79 @@ static void test_steps_errors(void **state) {
     mr_params_free(ps);
 }
 
+/* mr_plan_ready_after: after the kernels it names, each parameter's gradient already holds its
+ * final value (what an overlapped bucket all-reduce relies on), for the three models; and the
+ * gradients of the last layers are ready well before the backward ends. */
+static void test_steps_gradient_ready(void **state) {
+    (void)state;
+    for (int m = 0; m < 3; m++) {
+        mr_model_cfg cfg = mr_model_cfg_default((mr_model_type)m);
+        int64_t batch = 4, nx = 0, ny = batch;
+        if (m == MR_MODEL_MLP) {
+            cfg.sizes[0] = 20;
+            cfg.sizes[1] = 16;
+            cfg.sizes[2] = 8;
+            cfg.sizes[3] = 5;
+            cfg.n_sizes = 4;
+            nx = batch * 20;
+        } else if (m == MR_MODEL_CNN) {
+            cfg.in_channels = 1;
+            cfg.height = cfg.width = 8;
+            cfg.ch1 = 4;
+            cfg.ch2 = 6;
+            cfg.hidden = 10;
+            nx = batch * 64;
+        } else {
+            cfg.vocab = 11;
+            cfg.context = 6;
+            cfg.layers = 2;
+            cfg.heads = 2;
+            cfg.embd = 8;
+            nx = ny = batch * 6;
+        }
+        mr_params *ps = NULL;
+        mr_steps *s = NULL;
+        mr_step *st = NULL;
+        MR_ASSERT_OK(mr_params_new(&ps));
+        MR_ASSERT_OK(mr_steps_new(mr_model_step_build, &cfg, ps, MR_DEVICE_CPU, &s));
+        MR_ASSERT_OK(mr_steps_get(s, batch, 1, &st));
+        MR_ASSERT_OK(mr_params_init(ps, 5));
+        float *x = th_alloc(sizeof(float) * (size_t)nx);
+        int32_t *y = th_alloc(sizeof(int32_t) * (size_t)ny);
+        if (m == MR_MODEL_GPT) {
+            th_fill_int32((int32_t *)x, nx, 0, 11, 1);
+        } else {
+            th_fill_uniform_f32(x, nx, 0.0f, 1.0f, 1);
+        }
+        th_fill_int32(y, ny, 0, m == MR_MODEL_GPT ? 11 : (int32_t)(m == MR_MODEL_MLP ? 5 : cfg.classes), 2);
+        bind_batch(st, x, y);
+        MR_ASSERT_OK(mr_plan_run(st->plan));
+        const int64_t n = mr_params_buffer_numel(ps);
+        float *full = th_alloc(sizeof(float) * (size_t)n), *g = mr_params_grad_buffer(ps);
+        memcpy(full, g, sizeof(float) * (size_t)n);
+        const int32_t total = mr_plan_num_kernels(st->plan);
+        int32_t earliest = total;
+        for (int32_t i = 0; i < mr_params_count(ps); i++) {
+            int64_t off = mr_params_offset(ps, i), k = mr_params_numel(ps, i);
+            int32_t ready = mr_plan_ready_after(st->plan, g + off, sizeof(float) * (size_t)k);
+            assert_true(ready > st->n_forward && ready <= total);
+            for (int64_t j = 0; j < n; j++) g[j] = NAN;
+            MR_ASSERT_OK(mr_plan_run_range(st->plan, 0, ready));
+            if (memcmp(g + off, full + off, sizeof(float) * (size_t)k) != 0)
+                fail_msg("model %d: %s's gradient is not final after kernel %d of %d", m, mr_params_name(ps, i), ready, total);
+            if (ready < earliest) earliest = ready;
+        }
+        fprintf(stderr, "model %d: the first gradient is final after %d of %d kernels (forward %d)\n", m, earliest, total,
+                st->n_forward);
+        assert_true(earliest < total); /* something to overlap with */
+        mr_steps_free(s);
+        mr_params_free(ps);
+        th_free_all();
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_steps_cache), cmocka_unit_test(test_steps_shared_gradient),
-                                       cmocka_unit_test(test_steps_errors)};
+                                       cmocka_unit_test(test_steps_errors), cmocka_unit_test(test_steps_gradient_ready)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
