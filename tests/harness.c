@@ -1,5 +1,8 @@
 /* Test helpers (see harness.h). */
 #include "harness.h"
+#include "launch/trainer.h"
+
+#include <unistd.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -302,4 +305,29 @@ void th_expect_invalid_cpu_ref(const mr_op_args *a, const char *name) {
     assert_int_equal(mr_op_run(MR_DEVICE_CPU, a), MR_ERR_INVALID);
     if (!strstr(mr_last_error(), name)) fail_msg("error '%s' does not name %s", mr_last_error(), name);
     assert_int_equal(mr_op_run_ref(a), MR_ERR_INVALID);
+}
+
+/* ---- trainer tests ----------------------------------------------------------------------------- */
+
+#define TH_FM "/usr/share/datasets/fashion-mnist/"
+
+int th_have_fashion_mnist(void) { return access(TH_FM "train-images-idx3-ubyte.gz", R_OK) == 0; }
+
+void th_fashion_mlp(mr_train_cfg *c, int64_t hidden, int64_t steps, int64_t batch) {
+    *c = mr_train_cfg_default();
+    c->model = mr_model_cfg_default(MR_MODEL_MLP);
+    c->model.sizes[1] = hidden;
+    c->model.sizes[2] = 10;
+    c->model.n_sizes = 3;
+    c->optim = mr_optim_cfg_default(MR_OPTIM_ADAMW);
+    c->optim.lr = 2e-3;
+    c->steps = steps;
+    c->batch = batch;
+    c->log_every = 50;
+    c->shuffle = 1000;
+    c->train_images = TH_FM "train-images-idx3-ubyte.gz";
+    c->train_labels = TH_FM "train-labels-idx1-ubyte.gz";
+    c->eval_images = TH_FM "t10k-images-idx3-ubyte.gz";
+    c->eval_labels = TH_FM "t10k-labels-idx1-ubyte.gz";
+    c->quiet = 1;
 }

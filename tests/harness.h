@@ -43,6 +43,16 @@ int th_tmpdir_teardown(void **state);
 const char *th_tmp_path(const char *name);
 const char *th_tmp_dir(void);
 
+/* ---- trainer tests ----------------------------------------------------------------------------- */
+
+struct mr_train_cfg;
+/* Non-zero when Debian's Fashion-MNIST (dataset-fashion-mnist) is installed. */
+int th_have_fashion_mnist(void);
+/* A small trainer config on Fashion-MNIST: MLP 784-hidden-10, AdamW lr 2e-3, `steps` steps of
+ * batch `batch`, shuffle buffer 1000, log every 50, evaluation on the test set, quiet, no run
+ * directory. Tests adjust what they need. (A function so the header needs no trainer include.) */
+void th_fashion_mlp(struct mr_train_cfg *c, int64_t hidden, int64_t steps, int64_t batch);
+
 /* Deterministic uniform values in [lo, hi) from Philox (seed, stream position). */
 void th_fill_uniform_f64(double *x, int64_t n, double lo, double hi, uint64_t seed);
 void th_fill_uniform_f32(float *x, int64_t n, float lo, float hi, uint64_t seed);

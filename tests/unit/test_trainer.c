@@ -11,33 +11,16 @@
 #include "harness.h"
 #include "launch/trainer.h"
 
-#define FM "/usr/share/datasets/fashion-mnist/"
-
-static int have_data(void) { return access(FM "train-images-idx3-ubyte.gz", R_OK) == 0; }
 
 static mr_train_cfg small_mlp(void) {
-    mr_train_cfg c = mr_train_cfg_default();
-    c.model = mr_model_cfg_default(MR_MODEL_MLP);
-    c.model.sizes[1] = 64;
-    c.model.sizes[2] = 10;
-    c.model.n_sizes = 3;
-    c.optim = mr_optim_cfg_default(MR_OPTIM_ADAMW);
-    c.optim.lr = 2e-3;
-    c.steps = 150;
-    c.batch = 64;
-    c.log_every = 50;
-    c.shuffle = 1000;
-    c.train_images = FM "train-images-idx3-ubyte.gz";
-    c.train_labels = FM "train-labels-idx1-ubyte.gz";
-    c.eval_images = FM "t10k-images-idx3-ubyte.gz";
-    c.eval_labels = FM "t10k-labels-idx1-ubyte.gz";
-    c.quiet = 1;
+    mr_train_cfg c;
+    th_fashion_mlp(&c, 64, 150, 64);
     return c;
 }
 
 static void test_train_mlp(void **state) {
     (void)state;
-    if (!have_data()) skip();
+    if (!th_have_fashion_mnist()) skip();
     char dir[] = "/tmp/mirror_trainer_XXXXXX";
     assert_non_null(mkdtemp(dir));
     mr_train_cfg c = small_mlp();
@@ -77,7 +60,7 @@ static void test_train_mlp(void **state) {
  * one batch of 64 (the same 64 elements in the same order) up to float rounding. */
 static void test_train_deterministic_and_accumulation(void **state) {
     (void)state;
-    if (!have_data()) skip();
+    if (!th_have_fashion_mnist()) skip();
     mr_train_cfg c = small_mlp();
     c.steps = 30;
     c.log_every = 30;
@@ -96,7 +79,7 @@ static void test_train_deterministic_and_accumulation(void **state) {
  * the run learns like f32 does. */
 static void test_train_mixed_bf16(void **state) {
     (void)state;
-    if (!have_data()) skip();
+    if (!th_have_fashion_mnist()) skip();
     mr_train_cfg c = small_mlp();
     mr_train_result f, b;
     MR_ASSERT_OK(mr_train(&c, &f));
@@ -129,7 +112,7 @@ static void test_train_errors(void **state) {
     c.optim.lr = 1e30; /* diverges */
     c.steps = 20;
     c.eval_images = NULL;
-    if (have_data()) {
+    if (th_have_fashion_mnist()) {
         mr_status st = mr_train(&c, &r);
         if (st != MR_OK) assert_non_null(strstr(mr_last_error(), "non-finite loss"));
     }

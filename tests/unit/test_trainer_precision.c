@@ -12,33 +12,16 @@
 #include "harness.h"
 #include "launch/trainer.h"
 
-#define FM "/usr/share/datasets/fashion-mnist/"
-
-static int have_data(void) { return access(FM "train-images-idx3-ubyte.gz", R_OK) == 0; }
 
 static mr_train_cfg small_mlp(void) {
-    mr_train_cfg c = mr_train_cfg_default();
-    c.model = mr_model_cfg_default(MR_MODEL_MLP);
-    c.model.sizes[1] = 64;
-    c.model.sizes[2] = 10;
-    c.model.n_sizes = 3;
-    c.optim = mr_optim_cfg_default(MR_OPTIM_ADAMW);
-    c.optim.lr = 2e-3;
-    c.steps = 150;
-    c.batch = 64;
-    c.log_every = 50;
-    c.shuffle = 1000;
-    c.train_images = FM "train-images-idx3-ubyte.gz";
-    c.train_labels = FM "train-labels-idx1-ubyte.gz";
-    c.eval_images = FM "t10k-images-idx3-ubyte.gz";
-    c.eval_labels = FM "t10k-labels-idx1-ubyte.gz";
-    c.quiet = 1;
+    mr_train_cfg c;
+    th_fashion_mlp(&c, 64, 150, 64);
     return c;
 }
 
 static void test_mixed_f16_learns(void **state) {
     (void)state;
-    if (!have_data()) skip();
+    if (!th_have_fashion_mnist()) skip();
     mr_train_cfg c = small_mlp();
     mr_train_result f, h;
     MR_ASSERT_OK(mr_train(&c, &f));
@@ -103,7 +86,7 @@ static void on_step(void *ctx, const mr_train_state *ts) {
 
 static void test_injected_inf_skips_one_update(void **state) {
     (void)state;
-    if (!have_data()) skip();
+    if (!th_have_fashion_mnist()) skip();
     for (int prec = 0; prec < 2; prec++) {
         mr_train_cfg c = small_mlp();
         c.compute = prec ? MR_F16 : MR_F32;
@@ -131,7 +114,7 @@ static void test_injected_inf_skips_one_update(void **state) {
  * and the scale doubles every growth_interval finite steps. */
 static void test_scaling_is_exact_and_grows(void **state) {
     (void)state;
-    if (!have_data()) skip();
+    if (!th_have_fashion_mnist()) skip();
     mr_train_cfg c = small_mlp();
     c.steps = 20;
     c.eval_images = NULL;

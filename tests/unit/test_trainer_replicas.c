@@ -14,29 +14,15 @@
 #include "checkpoint/ckpt.h"
 #include "launch/trainer.h"
 
-#define FM "/usr/share/datasets/fashion-mnist/"
 #define STEPS 50
 
-static int have_data(void) { return access(FM "train-images-idx3-ubyte.gz", R_OK) == 0; }
-
 static mr_train_cfg small_mlp(const char *dir, int replicas) {
-    mr_train_cfg c = mr_train_cfg_default();
-    c.model = mr_model_cfg_default(MR_MODEL_MLP);
-    c.model.sizes[1] = 64;
-    c.model.sizes[2] = 10;
-    c.model.n_sizes = 3;
+    mr_train_cfg c;
+    th_fashion_mlp(&c, 64, STEPS, 64);
     c.optim = mr_optim_cfg_default(MR_OPTIM_SGD);
     c.optim.lr = 0.05;
     c.optim.momentum = 0.9;
-    c.steps = STEPS;
-    c.batch = 64;
     c.log_every = 10;
-    c.shuffle = 1000;
-    c.train_images = FM "train-images-idx3-ubyte.gz";
-    c.train_labels = FM "train-labels-idx1-ubyte.gz";
-    c.eval_images = FM "t10k-images-idx3-ubyte.gz";
-    c.eval_labels = FM "t10k-labels-idx1-ubyte.gz";
-    c.quiet = 1;
     c.run_dir = c.ckpt_dir = dir;
     c.resume = "auto";
     c.replicas = replicas;
@@ -95,7 +81,7 @@ static const char *run_dir(const char *tag) {
 
 static void test_replicas_match_one(void **state) {
     (void)state;
-    if (!have_data()) skip();
+    if (!th_have_fashion_mnist()) skip();
     for (int accumulate = 1; accumulate <= 2; accumulate++) {
         char one[512];
         snprintf(one, sizeof one, "%s", run_dir(accumulate == 1 ? "one" : "one-acc"));
@@ -128,7 +114,7 @@ static void stop_at(void *ctx, const mr_train_state *s) {
 /* 2 replicas: deterministic, stop + resume bit-exact, and the checkpoint resumes on 1 replica. */
 static void test_replicas_resume(void **state) {
     (void)state;
-    if (!have_data()) skip();
+    if (!th_have_fashion_mnist()) skip();
     char a[512], b[512], straight2[512];
     snprintf(a, sizeof a, "%s", run_dir("two-a"));
     snprintf(b, sizeof b, "%s", run_dir("two-b"));

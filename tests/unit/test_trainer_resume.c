@@ -15,31 +15,15 @@
 #include "checkpoint/ckpt.h"
 #include "launch/trainer.h"
 
-#define FM "/usr/share/datasets/fashion-mnist/"
 #define STEPS 30
 #define STOP_AT 13 /* not a multiple of the checkpoint interval nor of the log interval */
 
-static int have_data(void) { return access(FM "train-images-idx3-ubyte.gz", R_OK) == 0; }
-
 static mr_train_cfg small_mlp(const char *dir) {
-    mr_train_cfg c = mr_train_cfg_default();
-    c.model = mr_model_cfg_default(MR_MODEL_MLP);
-    c.model.sizes[1] = 48;
-    c.model.sizes[2] = 10;
-    c.model.n_sizes = 3;
-    c.optim = mr_optim_cfg_default(MR_OPTIM_ADAMW);
-    c.optim.lr = 2e-3;
+    mr_train_cfg c;
+    th_fashion_mlp(&c, 48, STEPS, 32);
     c.schedule = (mr_schedule_cfg){MR_SCHEDULE_COSINE, 5, 0, 0, 0, 0};
-    c.steps = STEPS;
-    c.batch = 32;
     c.log_every = 7;
     c.eval_every = 15;
-    c.shuffle = 1000;
-    c.train_images = FM "train-images-idx3-ubyte.gz";
-    c.train_labels = FM "train-labels-idx1-ubyte.gz";
-    c.eval_images = FM "t10k-images-idx3-ubyte.gz";
-    c.eval_labels = FM "t10k-labels-idx1-ubyte.gz";
-    c.quiet = 1;
     c.run_dir = c.ckpt_dir = dir;
     c.ckpt_every = 10;
     c.resume = "auto";
@@ -193,7 +177,7 @@ static void check_resume(mr_train_cfg (*make)(const char *), const char *tag, mr
 
 static void test_resume_bit_exact_mlp(void **state) {
     (void)state;
-    if (!have_data()) skip();
+    if (!th_have_fashion_mnist()) skip();
     check_resume(small_mlp, "mlp-f32", MR_F32, 1);
     check_resume(small_mlp, "mlp-bf16", MR_BF16, 1);
     check_resume(small_mlp, "mlp-f16", MR_F16, 1);
@@ -208,7 +192,7 @@ static void test_resume_bit_exact_gpt_dropout(void **state) {
 /* A damaged newest checkpoint: resume warns and takes the one before. */
 static void test_resume_skips_corrupt(void **state) {
     (void)state;
-    if (!have_data()) skip();
+    if (!th_have_fashion_mnist()) skip();
     char d[512], p20[4096], p30[4096];
     snprintf(d, sizeof d, "%s/corrupt", th_tmp_dir());
     mr_train_cfg c = small_mlp(d);
@@ -228,7 +212,7 @@ static void test_resume_skips_corrupt(void **state) {
 /* init_from takes /params of any HDF5 file; names what does not fit. */
 static void test_init_from_and_eval(void **state) {
     (void)state;
-    if (!have_data()) skip();
+    if (!th_have_fashion_mnist()) skip();
     char d[512], ck[4096];
     snprintf(d, sizeof d, "%s/source", th_tmp_dir());
     mr_train_cfg c = small_mlp(d);
