@@ -263,8 +263,11 @@ static void rule_permute(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
 }
 
 /* CAST: dx = dy cast back to x's dtype. */
+/* y = cast(x): dy cast back to x's type; no copy when dy already has it (a mixed-precision GEMM
+ * writes its input gradients in f32, the type of the f32 master copy behind the cast). */
 static void rule_cast(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
-    acc(c, nd->in[0], mr_graph_cast(c->g, dy, vdtype(c, nd->in[0])));
+    mr_dtype want = vdtype(c, nd->in[0]);
+    acc(c, nd->in[0], mr_graph_dtype(c->g, dy) == want ? dy : mr_graph_cast(c->g, dy, want));
 }
 
 /* Runs the rule of node ni, whose output gradients are complete. */
