@@ -345,7 +345,7 @@ static int cmd_eval(int argc, char **argv) {
                     "check that the checkpoint belongs to this config's model (mirror inspect PATH shows it)");
         goto done;
     }
-    printf("%s (step %lld): eval loss %.4f", ckpt, (long long)r.steps, r.eval_loss);
+    printf("%s (step %lld): eval loss %.6f", ckpt, (long long)r.steps, r.eval_loss);
     if (!isnan(r.eval_accuracy)) printf(", accuracy %.4f", r.eval_accuracy);
     if (!isnan(r.eval_perplexity)) printf(", perplexity %.3f", r.eval_perplexity);
     printf(" (%.1f s)\n", r.seconds);
