@@ -139,6 +139,7 @@ static mr_status to_train_cfg(const mr_experiment *e, const char *run_dir, mr_tr
     c->loss_scaler.growth_interval = e->precision.loss_scale.growth_interval;
     c->comm_timeout_s = e->distribute.timeout_s;
     c->bucket_mb = e->distribute.bucket_mb;
+    c->shard_optimizer = e->distribute.shard_optimizer;
     c->replicas = 1;
     int ncpu = 0;
     for (int i = 0; i < e->distribute.n_devices; i++) {

@@ -307,6 +307,8 @@ static volatile sig_atomic_t g_stop_signal;
 void mr_train_request_stop(int signo) { g_stop_signal = signo > 0 ? signo : SIGTERM; }
 
 static void trainer_free(trainer *t) {
+    free(t->zbuf);
+    free(t->zshard);
     pipeline_free(&t->train);
     mr_optim_free(t->opt);
     mr_steps_free(t->steps);
@@ -362,7 +364,8 @@ static mr_status trainer_init(trainer *t, const mr_train_cfg *cfg, int with_opti
     MR_TRY(mr_steps_get(t->steps, micro, 1, &s)); /* registers and allocates the parameters */
     MR_TRY(mr_params_init(t->ps, c->seed));
     t->n = mr_params_buffer_numel(t->ps);
-    if (with_optim) MR_TRY(mr_optim_new(&c->optim, t->n, &t->opt));
+    if (with_optim && c->shard_optimizer && t->world > 1) MR_TRY(tr_zero_init(t));
+    if (with_optim) MR_TRY(mr_optim_new(&c->optim, t->zero ? t->zlen : t->n, &t->opt));
     t->scaling = c->loss_scaling > 0 || (c->loss_scaling == 0 && c->compute == MR_F16);
     t->scaler = c->loss_scaler.scale > 0 ? c->loss_scaler : mr_loss_scaler_default();
     t->scaler.good_steps = t->scaler.skipped = 0;
@@ -423,7 +426,7 @@ static mr_status pick_resume(const mr_train_cfg *c, char *path, size_t cap, int 
 }
 
 /* Collective over the replicas (tr_ckpt_save); replica 0 owns the directory. */
-static mr_status save_checkpoint(const trainer *t, mr_train_result *res) {
+static mr_status save_checkpoint(trainer *t, mr_train_result *res) {
     char path[4096];
     mr_status st = MR_OK;
     if (t->rank == 0) MR_TRY(mr_mkdirs(t->c.ckpt_dir));
@@ -524,7 +527,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
      * replicas then drift apart; never for training) */
     const int no_allreduce = comm && getenv("MIRROR_BENCH_NO_ALLREDUCE") && !strcmp(getenv("MIRROR_BENCH_NO_ALLREDUCE"), "1");
     if (no_allreduce && tr.rank == 0) mr_log_warn("MIRROR_BENCH_NO_ALLREDUCE=1: replicas do not exchange gradients");
-    if (comm && c->accumulate == 1 && !no_allreduce) {
+    if (comm && c->accumulate == 1 && !no_allreduce && !tr.zero) {
         double cap = (c->bucket_mb > 0 ? c->bucket_mb : 16.0) * 1048576.0;
         MR_TRY(make_buckets(tr.ps, s->plan, grads, cap, &buckets, &nbuckets));
         MR_TRY(mr_comm_queue_new(comm, &queue));
@@ -593,6 +596,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
         }
         step_loss /= (double)c->accumulate;
         float *g = acc ? acc : grads;
+        if (c->inject_nonfinite_at == step + 1) g[n / 2] = INFINITY; /* on every replica, before the exchange */
         int stop = g_stop_signal != 0;
         if (comm) {
             /* the replicas' gradients averaged (the gradient of the global batch's mean loss), and
@@ -601,6 +605,8 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
             double agree[2] = {step_loss, stop};
             if (queue) /* what the backward did not hide */
                 for (int b = 0; b < nbuckets; b++) MR_TRY(mr_comm_queue_wait(queue, buckets[b].ticket));
+            else if (tr.zero)
+                MR_TRY(tr_zero_reduce(&tr, g));
             else if (!no_allreduce)
                 MR_TRY(mr_comm_allreduce(comm, g, n, MR_F32, MR_REDUCE_AVG));
             MR_TRY(mr_comm_allreduce(comm, agree, 2, MR_F64, MR_REDUCE_SUM));
@@ -609,18 +615,21 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
             t_comm += now_s() - t5;
         }
         double t4 = now_s();
-        if (c->inject_nonfinite_at == step + 1) g[n / 2] = INFINITY;
+        /* what this replica updates: everything, or with a sharded optimizer (ZeRO-1) its shard */
+        float *upd_g = tr.zero ? tr.zshard : g, *upd_p = tr.zero ? params + tr.zoff : params;
+        const int64_t upd_n = tr.zero ? tr.zlen : n;
         int apply = 1;
         if (tr.scaling) {
             /* GradScaler: a non-finite gradient (or loss) skips the update and halves the scale */
-            int finite = isfinite(step_loss) && mr_grads_finite(g, n);
+            int finite = isfinite(step_loss) && mr_grads_finite(upd_g, upd_n);
+            if (tr.zero) MR_TRY(tr_zero_all(&tr, &finite));
             double scale = tr.scaler.scale;
             apply = mr_loss_scaler_update(&tr.scaler, finite);
             MR_CHECK(apply || scale > tr.scaler.min_scale || isfinite(step_loss), MR_ERR_INVALID,
                      "non-finite loss (%g) at step %lld with the loss scale at its floor (%g); HINT: lower "
                      "optimizer.lr, set optimizer.grad_clip, or use mixed_bfloat16",
                      step_loss, (long long)step, tr.scaler.min_scale);
-            if (apply) mr_grads_unscale(g, n, scale);
+            if (apply) mr_grads_unscale(upd_g, upd_n, scale);
         } else {
             MR_CHECK(isfinite(step_loss), MR_ERR_INVALID,
                      "non-finite loss (%g) at step %lld; HINT: lower optimizer.lr or set optimizer.grad_clip", step_loss,
@@ -630,8 +639,10 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
         double lr = mr_schedule_lr(&c->schedule, c->optim.lr, step);
         if (apply) {
             double norm = 0;
-            if (c->grad_clip > 0) mr_clip_grad_norm(g, n, c->grad_clip, &norm);
-            MR_TRY(mr_optim_step(tr.opt, params, g, lr));
+            if (c->grad_clip > 0 && tr.zero) MR_TRY(tr_zero_clip(&tr, c->grad_clip));
+            else if (c->grad_clip > 0) mr_clip_grad_norm(g, n, c->grad_clip, &norm);
+            MR_TRY(mr_optim_step(tr.opt, upd_p, upd_g, lr));
+            if (tr.zero) MR_TRY(tr_zero_gather(&tr)); /* every replica's shard to every replica */
         }
         t_opt += now_s() - t4;
         if (isfinite(step_loss)) { /* a skipped overflow step does not poison the interval's mean */

@@ -68,6 +68,9 @@ typedef struct mr_train_cfg {
     int replicas;
     double comm_timeout_s;
     double bucket_mb;           /* gradient bucket size for the overlapped all-reduce (16 when 0) */
+    int shard_optimizer;        /* ZeRO-1 over the replicas: reduce-scatter the gradients, update
+                                 * this replica's shard of the parameters and optimizer state,
+                                 * all-gather the parameters (no overlap with the backward) */
     /* Tests: after every completed step (skipped ones too) on_step is called with the state; at
      * 1-based step inject_nonfinite_at (0: never) one gradient is set to +inf after the backward,
      * as an f16 overflow would. */

@@ -24,23 +24,33 @@ static const char *compute_name(mr_dtype dt) {
     return dt == MR_BF16 ? "mixed_bfloat16" : dt == MR_F16 ? "mixed_float16" : "float32";
 }
 
-mr_status tr_ckpt_save(const trainer *t, const char *path) {
+mr_status tr_ckpt_save(trainer *t, const char *path) {
     mr_status st = MR_OK;
     mr_ckpt_writer *w = NULL;
     void *blob = NULL;
     size_t bytes = 0;
     int64_t *sizes = NULL;
+    float *full[2] = {NULL, NULL};
     char name[1024];
     const mr_train_cfg *c = &t->c;
     MR_TRY(mr_ckpt_writer_new(&w));
+    /* the optimizer state in full: a sharded one (ZeRO-1) is gathered first, so the file is the
+     * same whatever the sharding and any number of replicas can resume it */
+    const int nslots = mr_optim_num_slots(t->opt);
+    for (int k = 0; k < nslots && t->zero; k++) {
+        full[k] = malloc(sizeof(float) * (size_t)t->n);
+        MR_CHECK(full[k], MR_ERR_NOMEM, "checkpoint: out of memory for the optimizer state");
+        MR_TRY(tr_zero_full_slot(t, k, full[k]));
+    }
     const int32_t np = mr_params_count(t->ps);
     for (int32_t i = 0; i < np; i++) {
         mr_shape sh = mr_params_shape(t->ps, i);
         snprintf(name, sizeof name, "params/%s", mr_params_name(t->ps, i));
         MR_TRY(mr_ckpt_writer_add(w, name, MR_F32, &sh, mr_params_data(t->ps, i)));
-        for (int k = 0; k < mr_optim_num_slots(t->opt); k++) {
+        for (int k = 0; k < nslots; k++) {
+            const float *slot = t->zero ? full[k] : mr_optim_slot(t->opt, k);
             snprintf(name, sizeof name, "optimizer/%s/%s", mr_params_name(t->ps, i), mr_optim_slot_name(t->opt, k));
-            MR_TRY(mr_ckpt_writer_add(w, name, MR_F32, &sh, mr_optim_slot(t->opt, k) + mr_params_offset(t->ps, i)));
+            MR_TRY(mr_ckpt_writer_add(w, name, MR_F32, &sh, slot + mr_params_offset(t->ps, i)));
         }
     }
     MR_TRY(mr_data_iter_save(t->train.it, &blob, &bytes));
@@ -107,6 +117,8 @@ mr_status tr_ckpt_save(const trainer *t, const char *path) {
         if (!ok && t->rank != 0) st = mr_set_error(MR_ERR_IO, "replica 0 could not save %s: %s", path, why);
     }
 fail:
+    free(full[0]);
+    free(full[1]);
     free(sizes);
     free(blob);
     mr_ckpt_writer_free(w);
@@ -159,6 +171,7 @@ mr_status tr_ckpt_load(trainer *t, const char *path) {
     mr_ckpt_reader *r = NULL;
     char *otype = NULL;
     void *blob = NULL;
+    float *full = NULL;
     size_t bytes = 0;
     const mr_train_cfg *c = &t->c;
     MR_TRY(mr_ckpt_open(path, 0, &r));
@@ -168,17 +181,24 @@ mr_status tr_ckpt_load(trainer *t, const char *path) {
              "fresh from its parameters with checkpoint.init_from and resume: never",
              path, otype, OPTIM_NAMES[c->optim.kind], otype);
     MR_TRY(load_params(r, path, t->ps));
+    if (t->zero) {
+        full = malloc(sizeof(float) * (size_t)t->n);
+        MR_CHECK(full, MR_ERR_NOMEM, "checkpoint: out of memory for the optimizer state");
+    }
     for (int k = 0; k < mr_optim_num_slots(t->opt); k++) {
-        /* each slot is a buffer laid out like the parameters: read it parameter by parameter */
+        /* each slot is a buffer laid out like the parameters: read it parameter by parameter (a
+         * sharded optimizer reads the whole slot, then keeps its shard) */
         char name[1024];
         const int32_t np = mr_params_count(t->ps);
+        float *slot = t->zero ? full : mr_optim_slot(t->opt, k);
         for (int32_t i = 0; i < np; i++) {
             mr_shape sh = mr_params_shape(t->ps, i);
             snprintf(name, sizeof name, "optimizer/%s/%s", mr_params_name(t->ps, i), mr_optim_slot_name(t->opt, k));
             MR_CHECK(mr_ckpt_has(r, name), MR_ERR_INVALID, "%s: no '%s'; HINT: the checkpoint is damaged or of another optimizer",
                      path, name);
-            MR_TRY(mr_ckpt_read(r, name, MR_F32, &sh, mr_optim_slot(t->opt, k) + mr_params_offset(t->ps, i)));
+            MR_TRY(mr_ckpt_read(r, name, MR_F32, &sh, slot + mr_params_offset(t->ps, i)));
         }
+        if (t->zero) memcpy(mr_optim_slot(t->opt, k), full + t->zoff, sizeof(float) * (size_t)t->zlen);
     }
     int64_t v = 0;
     double d = 0;
@@ -220,6 +240,7 @@ mr_status tr_ckpt_load(trainer *t, const char *path) {
                     path, (long long)old_batch, (long long)c->batch, mr_last_error());
     }
 fail:
+    free(full);
     free(blob);
     free(otype);
     mr_ckpt_close(r);

@@ -6,6 +6,7 @@
 #include "launch/trainer_impl.h"
 #include "core/log.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +61,7 @@ mr_status tr_replicas_start(trainer *t) {
     /* replica 0's values everywhere (they agree already when seeded alike; a resumed or
      * init_from run relies on it less than on the file, but nothing may drift) */
     MR_TRY(mr_comm_broadcast(t->comm, mr_params_buffer(t->ps), t->n, MR_F32, 0));
-    for (int k = 0; k < mr_optim_num_slots(t->opt); k++)
+    for (int k = 0; k < mr_optim_num_slots(t->opt) && !t->zero; k++) /* a shard is each replica's own */
         MR_TRY(mr_comm_broadcast(t->comm, mr_optim_slot(t->opt, k), t->n, MR_F32, 0));
     if (t->rank == 0 && !t->c.quiet)
         mr_log_info("%d replicas (%s backend): handshake passed, parameters broadcast from replica 0", t->world,
@@ -68,4 +69,68 @@ mr_status tr_replicas_start(trainer *t) {
 fail:
     free(all);
     return st;
+}
+
+/* ---- ZeRO-1: the optimizer state sharded over the replicas -------------------------------------- */
+
+mr_status tr_zero_init(trainer *t) {
+    t->zero = 1;
+    t->zshard_n = (t->n + t->world - 1) / t->world;
+    t->zoff = (int64_t)t->rank * t->zshard_n;
+    t->zlen = t->n - t->zoff < t->zshard_n ? t->n - t->zoff : t->zshard_n;
+    if (t->zlen < 0) t->zlen = 0;
+    if (t->zlen == 0)
+        return mr_set_error(MR_ERR_INVALID, "distribute.shard_optimizer: %lld parameters do not shard over %d replicas",
+                            (long long)t->n, t->world);
+    t->zbuf = calloc((size_t)(t->zshard_n * t->world), sizeof(float));
+    t->zshard = calloc((size_t)t->zshard_n, sizeof(float));
+    if (!t->zbuf || !t->zshard) return mr_set_error(MR_ERR_NOMEM, "trainer: out of memory for the optimizer shard");
+    if (t->rank == 0 && !t->c.quiet)
+        mr_log_info("shard_optimizer: each replica keeps the optimizer state of %lld of %lld parameters",
+                    (long long)t->zshard_n, (long long)t->n);
+    return MR_OK;
+}
+
+mr_status tr_zero_reduce(trainer *t, const float *g) {
+    memcpy(t->zbuf, g, sizeof(float) * (size_t)t->n); /* the padding past n stays zero */
+    return mr_comm_reduce_scatter(t->comm, t->zbuf, t->zshard, t->zshard_n, MR_F32, MR_REDUCE_AVG);
+}
+
+mr_status tr_zero_all(trainer *t, int *finite) {
+    int64_t bad = !*finite;
+    mr_status st = mr_comm_allreduce(t->comm, &bad, 1, MR_I64, MR_REDUCE_SUM);
+    *finite = bad == 0;
+    return st;
+}
+
+mr_status tr_zero_clip(trainer *t, double max_norm) {
+    double sq = 0;
+    for (int64_t i = 0; i < t->zlen; i++) sq += (double)t->zshard[i] * (double)t->zshard[i];
+    mr_status st = mr_comm_allreduce(t->comm, &sq, 1, MR_F64, MR_REDUCE_SUM);
+    if (st != MR_OK) return st;
+    double norm = sqrt(sq);
+    if (isfinite(norm) && norm > max_norm) { /* as torch.nn.utils.clip_grad_norm_ */
+        const float k = (float)(max_norm / (norm + 1e-6));
+        for (int64_t i = 0; i < t->zlen; i++) t->zshard[i] *= k;
+    }
+    return MR_OK;
+}
+
+/* In-place all-gather of the shards of src (n) through zbuf, back into src. */
+static mr_status gather_into(trainer *t, const float *shard, float *dst) {
+    float *mine = t->zbuf + t->zoff;
+    memcpy(mine, shard, sizeof(float) * (size_t)t->zlen);
+    memset(mine + t->zlen, 0, sizeof(float) * (size_t)(t->zshard_n - t->zlen));
+    mr_status st = mr_comm_allgather(t->comm, mine, t->zbuf, t->zshard_n, MR_F32);
+    if (st == MR_OK) memcpy(dst, t->zbuf, sizeof(float) * (size_t)t->n);
+    return st;
+}
+
+mr_status tr_zero_gather(trainer *t) {
+    float *params = mr_params_buffer(t->ps);
+    return gather_into(t, params + t->zoff, params);
+}
+
+mr_status tr_zero_full_slot(trainer *t, int k, float *out) {
+    return gather_into(t, mr_optim_slot(t->opt, k), out);
 }

@@ -33,12 +33,18 @@ typedef struct trainer {
     int64_t interval;
     int64_t train_size;     /* elements of the training source (an epoch) */
     int64_t image_numel;    /* the image map's context: lives as long as the pipeline */
+    /* ZeRO-1 (shard_optimizer): this replica owns params [zoff, zoff + zlen) of n, in shards of
+     * zshard_n = ceil(n / world); the optimizer holds state for its shard only */
+    int zero;
+    int64_t zoff, zlen, zshard_n;
+    float *zbuf;            /* world * zshard_n: the padded gradient / parameter exchange buffer */
+    float *zshard;          /* zshard_n: this replica's averaged gradient shard */
 } trainer;
 
 /* Writes the run's state to path (atomically; checkpoint/ckpt.h). Collective over t->comm: every
  * replica's data-iterator state goes into the file, which replica 0 writes; every replica gets
  * its status. */
-mr_status tr_ckpt_save(const trainer *t, const char *path) MR_WUR;
+mr_status tr_ckpt_save(trainer *t, const char *path) MR_WUR;
 /* Restores the run's state from a checkpoint written by tr_ckpt_save (a compatible model: every
  * parameter by name and shape). The optimizer kind must match. Each replica reads the file and
  * its own data-iterator state; with another world size the data order starts over (logged). */
@@ -52,5 +58,18 @@ mr_status tr_load_params(mr_params *ps, const char *path, int foreign, int64_t *
  * replica, then a handshake comparing mirror's version, the experiment and the parameters' names
  * and shapes; a difference fails on every replica naming it and the replicas that differ. */
 mr_status tr_replicas_start(trainer *t) MR_WUR;
+
+/* ZeRO-1: set up the shard (before the optimizer is made over zlen elements). */
+mr_status tr_zero_init(trainer *t) MR_WUR;
+/* The gradient g (n) averaged over the replicas, this replica's shard into zshard (reduce-scatter). */
+mr_status tr_zero_reduce(trainer *t, const float *g) MR_WUR;
+/* *finite becomes 1 only when it is 1 on every replica. */
+mr_status tr_zero_all(trainer *t, int *finite) MR_WUR;
+/* Global-norm clipping of the sharded gradient (the norm over every shard). */
+mr_status tr_zero_clip(trainer *t, double max_norm) MR_WUR;
+/* Every replica's updated parameter shard to every replica (all-gather). */
+mr_status tr_zero_gather(trainer *t) MR_WUR;
+/* Optimizer slot k as a full-length (n) buffer: a sharded one is gathered into out (n floats). */
+mr_status tr_zero_full_slot(trainer *t, int k, float *out) MR_WUR;
 
 #endif

@@ -28,6 +28,7 @@ data:
   train: {source: idx, images: $fm/train-images-idx3-ubyte.gz, labels: $fm/train-labels-idx1-ubyte.gz, shuffle: 2000}
   eval: {source: idx, images: $fm/t10k-images-idx3-ubyte.gz, labels: $fm/t10k-labels-idx1-ubyte.gz}
 optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
+schedule: {type: constant}
 train: {steps: 50, batch: 64, eval_every: 0, log_every: 25}
 checkpoint: {resume: never}
 distribute: {timeout_s: 10}
@@ -51,6 +52,11 @@ check "2 local replicas equal one process within float rounding" "echo '$d' | aw
 mpirun -np 2 "$mirror" train "$tmp/exp.yaml" --set "checkpoint.dir=$tmp/np2b" >/dev/null 2>&1
 d=$("$diff" "$(ck "$tmp/np2")" "$(ck "$tmp/np2b")")
 check "two -np 2 runs are bit-identical ($d)" "echo '$d' | grep -q 'params max_abs 0 max_rel 0; optimizer max_abs 0'"
+
+# ZeRO-1: -np 2 with the optimizer state sharded trains the same bits as without
+mpirun -np 2 "$mirror" train "$tmp/exp.yaml" --set "checkpoint.dir=$tmp/np2z" --set distribute.shard_optimizer=true >/dev/null 2>&1
+d=$("$diff" "$(ck "$tmp/np2")" "$(ck "$tmp/np2z")")
+check "-np 2 with shard_optimizer equals -np 2 without, bit for bit ($d)" "echo '$d' | grep -q 'params max_abs 0 max_rel 0; optimizer max_abs 0'"
 
 # resume across ranks: -np 2 for 25 steps, then -np 2 resuming to 50 (constant schedule, so the
 # two halves are the same run): bit-identical to the straight -np 2 run, each rank restoring its

@@ -152,7 +152,55 @@ static void test_replicas_resume(void **state) {
     assert_int_equal(r.steps, STEPS + 10);
 }
 
+/* ZeRO-1 (shard_optimizer): each of 2 replicas updates its half of the parameters with its half
+ * of the optimizer state; the result is bit-identical to unsharded replicas (the same sums, the
+ * same element-wise updates), with AdamW (two state slots) and with clipping's global norm; the
+ * checkpoint holds the full optimizer state, and a sharded run resumes bit-exactly. */
+static void test_replicas_shard_optimizer(void **state) {
+    (void)state;
+    if (!th_have_fashion_mnist()) skip();
+    char plain[512], zero[512], zstop[512];
+    snprintf(plain, sizeof plain, "%s", run_dir("adamw-plain"));
+    snprintf(zero, sizeof zero, "%s", run_dir("adamw-zero"));
+    snprintf(zstop, sizeof zstop, "%s", run_dir("adamw-zero-stopped"));
+    mr_train_result r;
+    mr_train_cfg c = small_mlp(plain, 2);
+    c.optim = mr_optim_cfg_default(MR_OPTIM_ADAMW);
+    c.optim.lr = 2e-3;
+    MR_ASSERT_OK(mr_train(&c, &r));
+    mr_train_cfg z = c;
+    z.run_dir = z.ckpt_dir = zero;
+    z.shard_optimizer = 1;
+    MR_ASSERT_OK(mr_train(&z, &r));
+    double d = max_param_diff(final_ckpt(plain), final_ckpt(zero));
+    fprintf(stderr, "2 replicas, AdamW, sharded optimizer vs not: max |param diff| %.3g\n", d);
+    assert_true(d == 0.0);
+    /* stopped and resumed, sharded */
+    mr_train_cfg zs = z;
+    zs.run_dir = zs.ckpt_dir = zstop;
+    int64_t at = 23;
+    zs.on_step = stop_at;
+    zs.on_step_ctx = &at;
+    MR_ASSERT_OK(mr_train(&zs, &r));
+    assert_int_equal(r.stopped_by, SIGUSR1);
+    zs.on_step = NULL;
+    MR_ASSERT_OK(mr_train(&zs, &r));
+    assert_true(r.resumed_from > 23);
+    assert_true(max_param_diff(final_ckpt(zero), final_ckpt(zstop)) == 0.0);
+    /* with clipping: the global norm over the shards */
+    c.grad_clip = 0.5;
+    z.grad_clip = 0.5;
+    c.run_dir = c.ckpt_dir = run_dir("clip-plain");
+    MR_ASSERT_OK(mr_train(&c, &r));
+    z.run_dir = z.ckpt_dir = run_dir("clip-zero");
+    MR_ASSERT_OK(mr_train(&z, &r));
+    d = max_param_diff(final_ckpt(c.ckpt_dir), final_ckpt(z.ckpt_dir));
+    fprintf(stderr, "with clipping at 0.5: max |param diff| %.3g (the norm summed per shard)\n", d);
+    assert_true(d < 1e-5);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_replicas_match_one), cmocka_unit_test(test_replicas_resume)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_replicas_match_one), cmocka_unit_test(test_replicas_resume),
+                                       cmocka_unit_test(test_replicas_shard_optimizer)};
     return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);
 }
