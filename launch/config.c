@@ -89,6 +89,7 @@ const field mr_cfg_fields[] = {
     FN("distribute.bucket_mb", distribute.bucket_mb, 0, BIG, F_LO_EXCL),
     FN("distribute.timeout_s", distribute.timeout_s, 0, BIG, F_LO_EXCL),
     FB("distribute.shard_optimizer", distribute.shard_optimizer),
+    FB("distribute.rank_logs", distribute.rank_logs),
     FE("sweep.method", sweep.method, METHODS), FI("sweep.trials", sweep.trials, 1), FI("sweep.seed", sweep.seed, 0),
     FS("sweep.metric", sweep.metric, F_NONEMPTY), FE("sweep.goal", sweep.goal, GOALS),
     {"sweep.params", K_PARAMS, OFF(sweep), 0, 0, 0, 0, NULL},

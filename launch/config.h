@@ -94,6 +94,7 @@ typedef struct mr_experiment {
         mr_backend_kind backend;
         double bucket_mb, timeout_s;
         int shard_optimizer;
+        int rank_logs; /* every rank but 0 writes its output to <checkpoint.dir>/rank-N.log */
     } distribute;
     struct {
         mr_sweep_method method; /* NONE: no sweep */

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "checkpoint/ckpt.h"
@@ -140,6 +141,7 @@ static mr_status to_train_cfg(const mr_experiment *e, const char *run_dir, mr_tr
     c->comm_timeout_s = e->distribute.timeout_s;
     c->bucket_mb = e->distribute.bucket_mb;
     c->shard_optimizer = e->distribute.shard_optimizer;
+    c->rank_logs = e->distribute.rank_logs;
     c->replicas = 1;
     int ncpu = 0;
     for (int i = 0; i < e->distribute.n_devices; i++) {
@@ -214,6 +216,15 @@ static mr_status run_one(const mr_experiment *e, const char *dir, mr_train_resul
     if (st == MR_OK && leader) st = save_config(e, dir);
     if (st == MR_OK) st = to_train_cfg(e, dir, &c);
     c.comm = g_job;
+    if (st == MR_OK && g_job && !leader && e->distribute.rank_logs) {
+        /* this rank's own log: <dir>/rank-N.log gets its stdout and stderr */
+        char log[4200];
+        snprintf(log, sizeof log, "%s/rank-%d.log", dir, mr_comm_rank(g_job));
+        st = mr_mkdirs(dir);
+        if (st == MR_OK && (!freopen(log, "w", stdout) || dup2(fileno(stdout), fileno(stderr)) < 0))
+            st = mr_set_error(MR_ERR_IO, "distribute.rank_logs: cannot write '%s': %s", log, strerror(errno));
+        setvbuf(stdout, NULL, _IOLBF, 0);
+    }
     if (st == MR_OK && g_job && c.replicas > 1)
         st = mr_set_error(MR_ERR_UNSUPPORTED, "distribute.devices: several CPU replicas per MPI rank are not supported "
                                               "yet; HINT: one replica per rank (devices: auto), more ranks with mpirun -np");

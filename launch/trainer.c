@@ -335,7 +335,7 @@ static mr_status trainer_init(trainer *t, const mr_train_cfg *cfg, int with_opti
              "train.batch a multiple of %lld",
              (long long)c->batch, t->world, (long long)c->accumulate, (long long)(c->accumulate * t->world));
     if (t->rank != 0) { /* rank 0 speaks and writes for the job */
-        c->quiet = 1;
+        if (!c->rank_logs) c->quiet = 1;
         c->run_dir = NULL;
     }
     const int64_t micro = c->batch / (c->accumulate * t->world);

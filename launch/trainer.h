@@ -68,6 +68,8 @@ typedef struct mr_train_cfg {
     int replicas;
     double comm_timeout_s;
     double bucket_mb;           /* gradient bucket size for the overlapped all-reduce (16 when 0) */
+    int rank_logs;              /* replicas other than 0 report progress too (into their own log;
+                                 * the CLI redirects their output); else they stay quiet */
     int shard_optimizer;        /* ZeRO-1 over the replicas: reduce-scatter the gradients, update
                                  * this replica's shard of the parameters and optimizer state,
                                  * all-gather the parameters (no overlap with the backward) */

@@ -53,6 +53,10 @@ mpirun -np 2 "$mirror" train "$tmp/exp.yaml" --set "checkpoint.dir=$tmp/np2b" >/
 d=$("$diff" "$(ck "$tmp/np2")" "$(ck "$tmp/np2b")")
 check "two -np 2 runs are bit-identical ($d)" "echo '$d' | grep -q 'params max_abs 0 max_rel 0; optimizer max_abs 0'"
 
+# per-rank logs: rank 1 writes its own progress
+mpirun -np 2 "$mirror" train "$tmp/exp.yaml" --set "checkpoint.dir=$tmp/logs" --set distribute.rank_logs=true >/dev/null 2>&1
+check "rank_logs: rank 1's progress is in rank-1.log" "grep -q '^step 50/50' $tmp/logs/rank-1.log"
+
 # ZeRO-1: -np 2 with the optimizer state sharded trains the same bits as without
 mpirun -np 2 "$mirror" train "$tmp/exp.yaml" --set "checkpoint.dir=$tmp/np2z" --set distribute.shard_optimizer=true >/dev/null 2>&1
 d=$("$diff" "$(ck "$tmp/np2")" "$(ck "$tmp/np2z")")
