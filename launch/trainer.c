@@ -455,7 +455,9 @@ static int cmp_bucket(const void *a, const void *b) {
 
 /* Buckets of at most cap_bytes (a parameter bigger than that is a bucket of its own) over
  * consecutive parameters, taken from the last one back (the backward produces the last layers'
- * gradients first), sorted by when they are ready. */
+ * gradients first), sorted by when they are ready. The first bucket is kept to 1 MB (PyTorch
+ * DDP's rule): its all-reduce can then start early in the backward even when the whole model
+ * would fit one bucket. */
 static mr_status make_buckets(const mr_params *ps, const mr_plan *plan, const float *grads, double cap_bytes,
                               bucket **out, int *nb) {
     const int32_t np = mr_params_count(ps);
@@ -466,7 +468,8 @@ static mr_status make_buckets(const mr_params *ps, const mr_plan *plan, const fl
     for (int32_t i = np - 1; i >= 0; i--) {
         int64_t off = mr_params_offset(ps, i), n = mr_params_numel(ps, i);
         int32_t ready = mr_plan_ready_after(plan, grads + off, sizeof(float) * (size_t)n);
-        if (k < 0 || (double)(end - off) * sizeof(float) > cap_bytes) {
+        double cap = k <= 0 && cap_bytes > 1048576.0 ? 1048576.0 : cap_bytes;
+        if (k < 0 || (double)(end - off) * sizeof(float) > cap) {
             k++;
             b[k].off = off;
             end = off + n;
