@@ -4,7 +4,10 @@
  * this API (see comm_impl.h for the table):
  *   - local: n replicas in this process, one thread each, sharing memory (mr_comm_local_new);
  *   - mpi:   one rank per process of an mpirun/srun job (mr_comm_mpi_new);
- *   - nccl:  reserved for the GPU strategy (no constructor yet).
+ *   - nccl:  one rank per GPU over NCCL (mr_comm_nccl_new): every GPU of this process gets a
+ *            communicator, all driven from one host thread, with collectives on several of them
+ *            issued as one group (mr_comm_nccl_group_begin/end). Present in builds with CUDA and
+ *            NCCL; elsewhere its constructor returns MR_ERR_UNSUPPORTED.
  *
  * Collective contract (every backend):
  *   - Every rank of the group calls the same collectives in the same order with the same n, dtype,
@@ -17,12 +20,13 @@
  *     missing rank, plus a HINT. After any MR_ERR_COMM the communicator is broken: later
  *     collectives on it (and on communicators made from it, see mr_comm_queue_new) fail at once.
  *     The caller should then call mr_comm_abort so that every rank stops.
- *   - Buffers are host memory, given as element counts of one dtype (never bytes). They are
- *     borrowed for the duration of the call only.
+ *   - Buffers are host memory (local, mpi) or device memory of the communicator's GPU (nccl),
+ *     given as element counts of one dtype (never bytes). They are borrowed for the duration of
+ *     the call only (nccl inside a group: until mr_comm_nccl_group_end returns).
  *   - Thread safety: one handle is used by one thread at a time; different handles (the n local
  *     replicas, or a queue's internal handle) may be used concurrently from different threads.
  *
- * C11 and C++ clean; includes no MPI header. */
+ * C11 and C++ clean; includes no MPI, CUDA or NCCL header. */
 #ifndef MR_COMM_H
 #define MR_COMM_H
 
@@ -38,10 +42,10 @@ extern "C" {
 
 typedef struct mr_comm mr_comm;
 
-typedef enum mr_comm_backend { MR_COMM_LOCAL = 0, MR_COMM_MPI = 1, MR_COMM_NCCL = 2 } mr_comm_backend;
+typedef enum mr_comm_backend { MR_COMM_LOCAL = 0, MR_COMM_MPI = 1, MR_COMM_NCCL = 2, MR_COMM_HIER = 3 } mr_comm_backend;
 
 /* SUM adds; AVG adds then divides by the group size (f32/f64: one IEEE division per element of
- * the sum; i64: C division, truncating toward zero). */
+ * the sum; i64: C division, truncating toward zero). nccl uses ncclAvg (see mr_comm_nccl_new). */
 typedef enum mr_reduce_op { MR_REDUCE_SUM = 0, MR_REDUCE_AVG = 1 } mr_reduce_op;
 
 /* The default largest piece, in bytes, that one MPI collective call moves (see
@@ -72,17 +76,87 @@ mr_status mr_comm_local_new(int n, double timeout_s, mr_comm **comms) MR_WUR;
  * MR_ERR_COMM (MPI failure or deadline), MR_ERR_NOMEM. Thread-safe. */
 mr_status mr_comm_mpi_new(double timeout_s, mr_comm **out) MR_WUR;
 
+/* Creates one NCCL communicator per GPU of this process (the NCCL single-thread multi-device
+ * pattern): comms[i] is rank rank_base + i of the job's world, on CUDA device devices[i], and all
+ * of them are driven from one host thread. `boot` connects the processes of the job (usually the
+ * mpi communicator; a local one works too, NULL for a single process): every process calls this
+ * with its own n_local, the n_local of all processes are gathered over boot, rank_base is the sum
+ * of n_local over the lower boot ranks (n_local * boot rank when all are equal) and the world is
+ * their total; boot rank 0 makes the ncclUniqueId and broadcasts it over boot. Collective over
+ * boot (and with every other process's call), using two collectives on boot, each with boot's own
+ * deadline.
+ * The communicators are created non-blocking where NCCL supports it (ncclConfig_t blocking = 0,
+ * NCCL >= 2.14) and their initialisation is polled with the deadline timeout_s: a process that
+ * never joins gives MR_ERR_COMM instead of a hang (with older NCCL, ncclGroupEnd blocks until all
+ * have joined). Each communicator owns a CUDA stream of its device, created with default flags so
+ * that its collectives are ordered after work on the device's legacy default stream.
+ * devices: n_local distinct CUDA ordinals (each < the visible device count). n_local: 1..1024.
+ * timeout_s: deadline of the creation and of every collective (> 0, finite).
+ * comms: caller's array of n_local pointers, filled on success (each freed with mr_comm_free);
+ * untouched on failure. Makes the last device of the list current.
+ * Errors: MR_ERR_INVALID (arguments, duplicate device, boot is an nccl communicator),
+ * MR_ERR_NOT_FOUND (no GPU, or a device index beyond the visible ones), MR_ERR_UNSUPPORTED (mirror
+ * built without CUDA or without NCCL), MR_ERR_DEVICE (CUDA runtime failure), MR_ERR_COMM (NCCL
+ * failure, deadline, or a collective on boot failed), MR_ERR_NOMEM. Not thread-safe with other
+ * NCCL calls of this process's communicators.
+ *
+ * Collectives on nccl communicators (the generic functions below): buffers are device pointers of
+ * the communicator's GPU (checked with cudaPointerGetAttributes: MR_ERR_INVALID otherwise),
+ * f32/f64/i64 reduce (AVG is NCCL's ncclAvg: f32/f64 multiply each contribution by 1/size before
+ * adding, so AVG may differ from SUM / size in the last bit; i64 sums then divides), any dtype
+ * moves; NCCL picks the algorithm, so sums need not equal a serial loop over the ranks (every rank
+ * still gets the same bits). Outside a group the call is enqueued on the communicator's stream and
+ * returns once it has completed on the GPU or the deadline passed (stream and NCCL error state
+ * polled; on expiry or any NCCL error: ncclCommAbort, MR_ERR_COMM naming the collective, its
+ * number, size and rank). Outside a group, a communicator whose process has n_local > 1 rejects
+ * collectives with MR_ERR_INVALID (the other local GPUs could never join: use a group). Barrier
+ * is a one-element all-reduce. mr_comm_set_max_piece_bytes is ignored; mr_comm_queue_new returns
+ * MR_ERR_UNSUPPORTED (use a group instead). */
+mr_status mr_comm_nccl_new(const int *devices, int n_local, mr_comm *boot, double timeout_s, mr_comm **comms) MR_WUR;
+
+/* Opens a group on n nccl communicators of this process (usually all n_local from one
+ * mr_comm_nccl_new): until mr_comm_nccl_group_end, the generic collectives on them only enqueue
+ * their NCCL call (inside ncclGroupStart/End) and return MR_OK, or an argument error; the calls
+ * are issued and waited for, with the deadline, by mr_comm_nccl_group_end. Each rank's calls are
+ * the usual collective sequence (the same collectives in the same order on every rank of the
+ * world). At most 2048 collectives per group (NCCL's limit). Call begin, the collectives and end
+ * from one thread; groups do not nest, and while one is open this thread may not use another nccl
+ * communicator outside it. Errors: MR_ERR_INVALID (comms NULL, n < 1, a NULL, non-nccl or repeated
+ * communicator, one already in a group, a group already open on this thread), MR_ERR_COMM (one
+ * failed earlier), MR_ERR_UNSUPPORTED (built without NCCL). On error no group is open. */
+mr_status mr_comm_nccl_group_begin(mr_comm *const *comms, int n) MR_WUR;
+
+/* Closes the group opened by mr_comm_nccl_group_begin on the same comms (same n, any order):
+ * ncclGroupEnd, then waits until every collective of the group has completed on every GPU or the
+ * deadline (the smallest timeout_s of the comms) passed. The group is closed whatever the result.
+ * Errors: MR_ERR_INVALID (comms do not match the open group; the group stays open),
+ * MR_ERR_COMM (a collective of the group failed to enqueue, NCCL reported an error, or the deadline
+ * passed: every communicator of the group is then aborted (ncclCommAbort) and broken, and the
+ * message names the first collective of the stuck communicator, its number, size and rank),
+ * MR_ERR_UNSUPPORTED (built without NCCL). */
+mr_status mr_comm_nccl_group_end(mr_comm *const *comms, int n) MR_WUR;
+
 /* Non-zero when this process was started by a launcher with more than one rank (mpirun/mpiexec
  * of Open MPI, MPICH or MVAPICH, or srun), read from the launcher's environment variables
  * (OMPI_COMM_WORLD_SIZE, PMI_SIZE, MV2_COMM_WORLD_SIZE, SLURM_STEP_NUM_TASKS) without initialising
  * MPI. A batch script's own environment (SLURM_NTASKS without srun) does not
  * count. Thread-safe. */
+/* Several replicas per MPI rank: n_local communicators for this process's replicas (one thread
+ * each), over the job's MPI communicator `job` (borrowed; it must outlive them and is used by
+ * comms[0]'s thread only). Replica r of rank p is rank p * n_local + r of a group of
+ * size(job) * n_local. Collectives run among the local replicas, then between ranks, then back
+ * (so every replica gets identical bits). No queue (mr_comm_queue_new is MR_ERR_UNSUPPORTED).
+ * Every rank must use the same n_local. Errors: MR_ERR_INVALID, MR_ERR_NOMEM. */
+mr_status mr_comm_hier_new(mr_comm *job, int n_local, double timeout_s, mr_comm **comms) MR_WUR;
+
 int mr_comm_launched_multi(void);
 
 /* Frees a communicator (NULL: no-op). For the last MPI communicator of the process, finalises MPI
  * when this module initialised it, unless a collective failed (a pending MPI request would make
  * MPI_Finalize wait forever; the process should abort instead; a live queue's duplicate counts
- * as an MPI communicator). Must not be called while a collective on c is in progress. */
+ * as an MPI communicator). nccl: starts ncclCommFinalize; the last freed communicator of one
+ * mr_comm_nccl_new waits (up to timeout_s, then ncclCommAbort) for all of them and destroys them.
+ * Must not be called while a collective on c is in progress (nor while c is in an open group). */
 void mr_comm_free(mr_comm *c);
 
 /* This rank (0..size-1), the group size, and the backend. Thread-safe. */
@@ -132,7 +206,11 @@ mr_status mr_comm_barrier(mr_comm *c) MR_WUR;
  * mpi: prints "mirror: rank R aborting the job (code C): why" to stderr and calls MPI_Abort
  * (never returns; code 0 is replaced by 1). local: poisons the group, so that every other
  * replica's pending and future collectives (also on queues made from the group) fail promptly
- * with MR_ERR_COMM naming this rank, the code and `why`; returns. why: may be NULL. c NULL: no-op.
+ * with MR_ERR_COMM naming this rank, the code and `why`; returns. nccl: ncclCommAbort on every
+ * communicator of c's mr_comm_nccl_new (the other local GPUs' too), which are then broken (later
+ * collectives fail at once with MR_ERR_COMM naming the code and `why`); returns; the other
+ * processes' collectives fail at their deadline (also abort the mpi communicator to stop the job
+ * at once). why: may be NULL. c NULL: no-op.
  * Thread-safe (may be called while other replicas are inside collectives). */
 void mr_comm_abort(mr_comm *c, int code, const char *why);
 
@@ -146,7 +224,8 @@ typedef struct mr_comm_queue mr_comm_queue;
  * caller's direct ones on c) and a thread that runs the requests. Collective over c: every rank
  * calls it at the same point. c is only used during this call (the queue may outlive it); the
  * duplicate shares c's failure state (see the collective contract). *out: set on success.
- * Errors: MR_ERR_INVALID, MR_ERR_NOMEM, MR_ERR_COMM (the duplication failed or timed out). */
+ * Errors: MR_ERR_INVALID, MR_ERR_NOMEM, MR_ERR_COMM (the duplication failed or timed out),
+ * MR_ERR_UNSUPPORTED (nccl communicators: their collectives are grouped, not queued). */
 mr_status mr_comm_queue_new(mr_comm *c, mr_comm_queue **out) MR_WUR;
 
 /* Waits for the requests already submitted (each ends within its deadline), stops the thread

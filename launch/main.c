@@ -225,9 +225,7 @@ static mr_status run_one(const mr_experiment *e, const char *dir, mr_train_resul
             st = mr_set_error(MR_ERR_IO, "distribute.rank_logs: cannot write '%s': %s", log, strerror(errno));
         setvbuf(stdout, NULL, _IOLBF, 0);
     }
-    if (st == MR_OK && g_job && c.replicas > 1)
-        st = mr_set_error(MR_ERR_UNSUPPORTED, "distribute.devices: several CPU replicas per MPI rank are not supported "
-                                              "yet; HINT: one replica per rank (devices: auto), more ranks with mpirun -np");
+
     if (st == MR_OK) st = mr_experiment_to_yaml(e, &yaml);
     c.config_text = yaml;
     if (st == MR_OK) st = mr_train(&c, r);

@@ -530,7 +530,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
      * replicas then drift apart; never for training) */
     const int no_allreduce = comm && getenv("MIRROR_BENCH_NO_ALLREDUCE") && !strcmp(getenv("MIRROR_BENCH_NO_ALLREDUCE"), "1");
     if (no_allreduce && tr.rank == 0) mr_log_warn("MIRROR_BENCH_NO_ALLREDUCE=1: replicas do not exchange gradients");
-    if (comm && c->accumulate == 1 && !no_allreduce && !tr.zero) {
+    if (comm && c->accumulate == 1 && !no_allreduce && !tr.zero && mr_comm_backend_of(comm) != MR_COMM_HIER) {
         double cap = (c->bucket_mb > 0 ? c->bucket_mb : 16.0) * 1048576.0;
         MR_TRY(make_buckets(tr.ps, s->plan, grads, cap, &buckets, &nbuckets));
         MR_TRY(mr_comm_queue_new(comm, &queue));
@@ -801,7 +801,7 @@ static void *local_main(void *arg) {
     return NULL;
 }
 
-static mr_status train_local(const mr_train_cfg *cfg, mr_train_result *res) {
+static mr_status train_local(const mr_train_cfg *cfg, mr_comm *job, mr_train_result *res) {
     const int n = cfg->replicas;
     mr_status st = MR_OK;
     mr_comm **comms = calloc((size_t)n, sizeof *comms);
@@ -809,7 +809,9 @@ static mr_status train_local(const mr_train_cfg *cfg, mr_train_result *res) {
     pthread_t *tid = calloc((size_t)n, sizeof *tid);
     int started = 0;
     MR_CHECK(comms && reps && tid, MR_ERR_NOMEM, "trainer: out of memory for %d replicas", n);
-    MR_TRY(mr_comm_local_new(n, cfg->comm_timeout_s > 0 ? cfg->comm_timeout_s : 300.0, comms));
+    const double timeout = cfg->comm_timeout_s > 0 ? cfg->comm_timeout_s : 300.0;
+    if (job) MR_TRY(mr_comm_hier_new(job, n, timeout, comms)); /* local replicas x MPI ranks */
+    else MR_TRY(mr_comm_local_new(n, timeout, comms));
     int cores = 1;
 #ifdef _OPENMP
     cores = omp_get_max_threads();
@@ -844,8 +846,8 @@ fail:
 
 mr_status mr_train(const mr_train_cfg *cfg, mr_train_result *res) {
     g_stop_signal = 0;
+    if (cfg->replicas > 1) return train_local(cfg, cfg->comm, res);
     if (cfg->comm) return train_replica(cfg, cfg->comm, res);
-    if (cfg->replicas > 1) return train_local(cfg, res);
     return train_replica(cfg, NULL, res);
 }
 

@@ -61,9 +61,10 @@ typedef struct mr_train_cfg {
     const char *resume, *init_from, *config_text;
     /* Replicas (MirroredStrategy): train.batch is global and split evenly over them; gradients
      * are averaged with an all-reduce, so N replicas update like one with the whole batch.
-     * comm: an MPI communicator (distribute/comm.h, borrowed): one replica per rank. Else
+     * comm: an MPI communicator (distribute/comm.h, borrowed): one replica per rank, or with
+     * replicas > 1 that many per rank (threads; the hierarchical backend). Without comm,
      * replicas > 1: that many CPU replicas in this process (threads, the `local` backend). Every
-     * collective has the deadline comm_timeout_s (local replicas; 300 s when 0). */
+     * local collective has the deadline comm_timeout_s (300 s when 0). */
     struct mr_comm *comm;
     int replicas;
     double comm_timeout_s;

@@ -53,6 +53,16 @@ mpirun -np 2 "$mirror" train "$tmp/exp.yaml" --set "checkpoint.dir=$tmp/np2b" >/
 d=$("$diff" "$(ck "$tmp/np2")" "$(ck "$tmp/np2b")")
 check "two -np 2 runs are bit-identical ($d)" "echo '$d' | grep -q 'params max_abs 0 max_rel 0; optimizer max_abs 0'"
 
+# ranks x local replicas: -np 2 with 2 replicas each (4 replicas, the hierarchical backend), and the
+# same with the optimizer sharded over the 4 (its reduce-scatter and all-gather)
+for zero in false true; do
+    mpirun -np 2 "$mirror" train "$tmp/exp.yaml" --set "checkpoint.dir=$tmp/hier-$zero" --set 'distribute.devices=[cpu:0, cpu:1]' \
+        --set distribute.shard_optimizer=$zero >/dev/null 2>&1
+    d=$("$diff" "$(ck "$tmp/one")" "$(ck "$tmp/hier-$zero")"); echo "1 process vs 2 ranks x 2 replicas (shard_optimizer $zero): $d"
+    check "2 ranks x 2 replicas (shard_optimizer $zero) equal one process within float rounding" \
+          "echo '$d' | awk '{ exit !(\$3 + 0 < 1e-4 && \$5 + 0 < 1e-3) }'"
+done
+
 # per-rank logs: rank 1 writes its own progress
 mpirun -np 2 "$mirror" train "$tmp/exp.yaml" --set "checkpoint.dir=$tmp/logs" --set distribute.rank_logs=true >/dev/null 2>&1
 check "rank_logs: rank 1's progress is in rank-1.log" "grep -q '^step 50/50' $tmp/logs/rank-1.log"
