@@ -396,3 +396,32 @@ double mr_comm_queue_busy_seconds(const mr_comm_queue *q) {
     pthread_mutex_unlock(&m->mu);
     return s;
 }
+
+/* ---- the nccl backend in a build without it ---------------------------------------------------- */
+
+#ifndef MIRROR_HAVE_NCCL
+/* comm_nccl.c is compiled only in a build with CUDA and NCCL; these keep the API (and the tests
+ * that skip on MR_ERR_UNSUPPORTED) the same in every build. */
+#ifdef MIRROR_HAVE_CUDA
+#define MR_NO_NCCL "mirror was built with CUDA but without NCCL (libnccl and nccl.h were not found at configure " \
+                   "time); HINT: install NCCL next to the CUDA toolkit and reconfigure"
+#else
+#define MR_NO_NCCL "mirror was built without CUDA, so without NCCL; HINT: configure with -DMIRROR_CUDA=ON on a " \
+                   "machine with the CUDA toolkit and NCCL"
+#endif
+
+mr_status mr_comm_nccl_new(const int *devices, int n_local, mr_comm *boot, double timeout_s, mr_comm **comms) {
+    (void)devices, (void)n_local, (void)boot, (void)timeout_s, (void)comms;
+    return mr_set_error(MR_ERR_UNSUPPORTED, "mr_comm_nccl_new: %s", MR_NO_NCCL);
+}
+
+mr_status mr_comm_nccl_group_begin(mr_comm *const *comms, int n) {
+    (void)comms, (void)n;
+    return mr_set_error(MR_ERR_UNSUPPORTED, "mr_comm_nccl_group_begin: %s", MR_NO_NCCL);
+}
+
+mr_status mr_comm_nccl_group_end(mr_comm *const *comms, int n) {
+    (void)comms, (void)n;
+    return mr_set_error(MR_ERR_UNSUPPORTED, "mr_comm_nccl_group_end: %s", MR_NO_NCCL);
+}
+#endif

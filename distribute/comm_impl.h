@@ -2,7 +2,7 @@
  *
  * comm.c owns the public entry points: it checks arguments, numbers each collective, fails fast
  * on a broken communicator and then calls the backend's `collective` slot with one descriptor
- * (mr_coll). Backends (comm_local.c, comm_mpi.c) only move and reduce data and keep deadlines;
+ * (mr_coll). Backends (comm_local.c, comm_mpi.c, comm_nccl.c) only move and reduce data and keep deadlines;
  * their per-communicator state lives behind `ctx`. */
 #ifndef MR_COMM_IMPL_H
 #define MR_COMM_IMPL_H
@@ -39,7 +39,7 @@ typedef struct mr_coll {
 } mr_coll;
 
 typedef struct mr_comm_vtable {
-    const char *name; /* "local", "mpi" */
+    const char *name; /* "local", "mpi", "nccl" */
     /* Runs one collective (arguments already checked). On failure returns a status and sets the
      * error message (comm.c marks the communicator broken on MR_ERR_COMM). */
     mr_status (*collective)(mr_comm *c, const mr_coll *op);
