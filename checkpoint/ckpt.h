@@ -14,9 +14,8 @@
  *
  * Thread safety: a writer or reader handle is used by one thread at a time (mr_ckpt_writer_write
  * only reads the writer, so several threads may write one writer to different paths). Different
- * handles may be used from different threads at once: Debian's libhdf5 is the thread-safe build
- * (H5_HAVE_THREADSAFE), which serialises all HDF5 calls of the process; against a build that is
- * not, this layer serialises its own calls (but not against data/'s HDF5 source). Errors are
+ * handles may be used from different threads at once: every HDF5 call runs under mirror's one
+ * process-wide HDF5 lock (core/h5_impl.h, shared with data/'s HDF5 source). Errors are
  * reported through mr_last_error() of the calling thread; HDF5's own error printing is silenced
  * on every thread that calls in here. */
 #ifndef MR_CKPT_H

@@ -20,48 +20,6 @@
 
 /* ---- HDF5 helpers (ckpt_impl.h) --------------------------------------------------------------- */
 
-#ifndef H5_HAVE_THREADSAFE
-#include <pthread.h>
-/* Only for a non-thread-safe HDF5 build, whose global state must not be entered by two threads. */
-static pthread_mutex_t g_ckpt_h5_mu = PTHREAD_MUTEX_INITIALIZER;
-#endif
-
-void ckpt_h5_enter(void) {
-#ifndef H5_HAVE_THREADSAFE
-    pthread_mutex_lock(&g_ckpt_h5_mu);
-#endif
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* errors become MR_ERR_* messages, not stderr dumps */
-}
-
-void ckpt_h5_leave(void) {
-#ifndef H5_HAVE_THREADSAFE
-    pthread_mutex_unlock(&g_ckpt_h5_mu);
-#endif
-}
-
-typedef struct h5_walk_ctx {
-    char *buf;
-    int err; /* first errno found in the stack, 0 if none */
-} h5_walk_ctx;
-
-static herr_t h5_walk(unsigned n, const H5E_error2_t *e, void *p) {
-    h5_walk_ctx *c = p;
-    if (!e->desc) return 0;
-    if (n == 0) snprintf(c->buf, 256, "%s", e->desc);
-    const char *s = strstr(e->desc, "errno = ");
-    if (s && !c->err) c->err = atoi(s + 8);
-    return 0;
-}
-
-const char *ckpt_h5_reason(char buf[256]) {
-    h5_walk_ctx c = {buf, 0};
-    buf[0] = '\0';
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_walk, &c); /* innermost (most specific) first */
-    if (c.err > 0) snprintf(buf, 256, "%s", strerror(c.err));
-    else if (!buf[0]) snprintf(buf, 256, "unknown HDF5 error");
-    return buf;
-}
-
 hid_t ckpt_h5_fapl(void) {
     hid_t p = H5Pcreate(H5P_FILE_ACCESS);
     if (p < 0) return p;
@@ -299,13 +257,13 @@ static mr_status write_entry(hid_t file, hid_t lcpl, hid_t dcpl, const ck_entry 
     hsize_t dims[MR_MAX_DIMS];
     for (int k = 0; k < e->shape.ndim; k++) dims[k] = (hsize_t)e->shape.dim[k];
     sp = e->shape.ndim == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(e->shape.ndim, dims, NULL);
-    CKPT_TRY_H5(sp, MR_ERR_IO, "%s: dataset '%s': dataspace", path, e->path);
+    MR_TRY_H5(sp, MR_ERR_IO, "%s: dataset '%s': dataspace", path, e->path);
     d = H5Dcreate2(file, e->path, ft, sp, lcpl, dcpl, H5P_DEFAULT);
-    CKPT_TRY_H5(d, MR_ERR_IO, "%s: cannot create dataset '%s'", path, e->path);
+    MR_TRY_H5(d, MR_ERR_IO, "%s: cannot create dataset '%s'", path, e->path);
     int64_t numel = mr_shape_numel(&e->shape);
     size_t bytes = (size_t)numel * mr_dtype_size(e->dt);
     if (numel > 0)
-        CKPT_TRY_H5(H5Dwrite(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, e->data), MR_ERR_IO,
+        MR_TRY_H5(H5Dwrite(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, e->data), MR_ERR_IO,
                     "%s: writing dataset '%s' (%zu bytes) failed", path, e->path, bytes);
 #ifdef SYNC_FILE_RANGE_WRITE
     /* start the disk writeback of what is written so far, so that it overlaps the crc and the
@@ -315,11 +273,11 @@ static mr_status write_entry(hid_t file, hid_t lcpl, hid_t dcpl, const ck_entry 
         (void)sync_file_range(*(int *)vfd, 0, 0, SYNC_FILE_RANGE_WRITE);
 #endif
     uint32_t crc = ckpt_crc32(0, e->data, bytes);
-    CKPT_TRY_H5(put_attr(d, "crc32", H5T_STD_U32LE, H5T_NATIVE_UINT32, &crc), MR_ERR_IO,
+    MR_TRY_H5(put_attr(d, "crc32", H5T_STD_U32LE, H5T_NATIVE_UINT32, &crc), MR_ERR_IO,
                 "%s: dataset '%s': writing its crc32 attribute", path, e->path);
     herr_t r = H5Dclose(d);
     d = -1;
-    CKPT_TRY_H5(r, MR_ERR_IO, "%s: closing dataset '%s' failed", path, e->path);
+    MR_TRY_H5(r, MR_ERR_IO, "%s: closing dataset '%s' failed", path, e->path);
 fail:
     if (d >= 0) H5Dclose(d);
     if (sp >= 0) H5Sclose(sp);
@@ -332,33 +290,33 @@ static mr_status write_h5(const mr_ckpt_writer *w, const char *tmp, const char *
     char h5e[256];
     hid_t fapl = -1, file = -1, lcpl = -1, dcpl = -1;
     fapl = ckpt_h5_fapl();
-    CKPT_TRY_H5(fapl, MR_ERR_IO, "%s: file access properties", path);
+    MR_TRY_H5(fapl, MR_ERR_IO, "%s: file access properties", path);
     file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-    CKPT_TRY_H5(file, MR_ERR_IO, "%s: cannot create the temporary file %s", path, tmp);
+    MR_TRY_H5(file, MR_ERR_IO, "%s: cannot create the temporary file %s", path, tmp);
     lcpl = H5Pcreate(H5P_LINK_CREATE);
-    CKPT_TRY_H5(lcpl, MR_ERR_IO, "%s: link properties", path);
-    CKPT_TRY_H5(H5Pset_create_intermediate_group(lcpl, 1), MR_ERR_IO, "%s: link properties", path);
-    CKPT_TRY_H5(H5Pset_char_encoding(lcpl, H5T_CSET_UTF8), MR_ERR_IO, "%s: link properties", path);
+    MR_TRY_H5(lcpl, MR_ERR_IO, "%s: link properties", path);
+    MR_TRY_H5(H5Pset_create_intermediate_group(lcpl, 1), MR_ERR_IO, "%s: link properties", path);
+    MR_TRY_H5(H5Pset_char_encoding(lcpl, H5T_CSET_UTF8), MR_ERR_IO, "%s: link properties", path);
     dcpl = H5Pcreate(H5P_DATASET_CREATE);
-    CKPT_TRY_H5(dcpl, MR_ERR_IO, "%s: dataset properties", path);
+    MR_TRY_H5(dcpl, MR_ERR_IO, "%s: dataset properties", path);
     /* every dataset is written whole right after it is created: no fill pass over the disk */
-    CKPT_TRY_H5(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), MR_ERR_IO, "%s: dataset properties", path);
+    MR_TRY_H5(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), MR_ERR_IO, "%s: dataset properties", path);
     for (int i = 0; i < w->n; i++) MR_TRY(write_entry(file, lcpl, dcpl, &w->e[i], path));
     int64_t version = MR_CKPT_FORMAT_VERSION;
-    CKPT_TRY_H5(put_attr_str(file, "format", MR_CKPT_FORMAT), MR_ERR_IO, "%s: writing attribute 'format'", path);
-    CKPT_TRY_H5(put_attr(file, "format_version", H5T_STD_I64LE, H5T_NATIVE_INT64, &version), MR_ERR_IO,
+    MR_TRY_H5(put_attr_str(file, "format", MR_CKPT_FORMAT), MR_ERR_IO, "%s: writing attribute 'format'", path);
+    MR_TRY_H5(put_attr(file, "format_version", H5T_STD_I64LE, H5T_NATIVE_INT64, &version), MR_ERR_IO,
                 "%s: writing attribute 'format_version'", path);
     for (int k = 0; k < w->na; k++) {
         const ck_attr *a = &w->a[k];
         herr_t r = a->kind == CK_STR   ? put_attr_str(file, a->name, a->s)
                    : a->kind == CK_I64 ? put_attr(file, a->name, H5T_STD_I64LE, H5T_NATIVE_INT64, &a->i)
                                        : put_attr(file, a->name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &a->f);
-        CKPT_TRY_H5(r, MR_ERR_IO, "%s: writing attribute '%s'", path, a->name);
+        MR_TRY_H5(r, MR_ERR_IO, "%s: writing attribute '%s'", path, a->name);
     }
-    CKPT_TRY_H5(H5Fflush(file, H5F_SCOPE_GLOBAL), MR_ERR_IO, "%s: flushing the file failed", path);
+    MR_TRY_H5(H5Fflush(file, H5F_SCOPE_GLOBAL), MR_ERR_IO, "%s: flushing the file failed", path);
     herr_t r = H5Fclose(file);
     file = -1;
-    CKPT_TRY_H5(r, MR_ERR_IO, "%s: closing the file failed", path);
+    MR_TRY_H5(r, MR_ERR_IO, "%s: closing the file failed", path);
 fail:
     if (file >= 0) H5Fclose(file); /* H5F_CLOSE_STRONG: also closes whatever is still open in it */
     if (dcpl >= 0) H5Pclose(dcpl);
@@ -396,9 +354,9 @@ mr_status mr_ckpt_writer_write(const mr_ckpt_writer *w, const char *path) {
         memcpy(dir, path, (size_t)(slash - path));
         dir[slash - path] = '\0';
     }
-    ckpt_h5_enter();
+    mr_h5_enter();
     st = write_h5(w, tmp, path);
-    ckpt_h5_leave();
+    mr_h5_leave();
     if (st != MR_OK) goto fail;
     MR_CHECK(sync_path(tmp, 0) == 0, MR_ERR_IO, "%s: fsync of the temporary file %s failed: %s", path, tmp,
              strerror(errno));

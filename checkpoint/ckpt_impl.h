@@ -10,22 +10,13 @@
 #include <hdf5.h>
 
 #include "checkpoint/ckpt.h"
+#include "core/h5_impl.h" /* mr_h5_enter/leave/reason, MR_TRY_H5 */
 
 /* zlib's crc32 over the raw bytes of a dataset assumes the host stores them little-endian, as the
  * file does (datasets are written as *LE types from native memory without conversion). */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "checkpoint/: the crc32 of datasets is defined on little-endian bytes; add byte swapping for this host"
 #endif
-
-/* Bracket every run of HDF5 calls: silences HDF5's automatic error printing for the calling
- * thread (the setting is per thread in the thread-safe build) and, when the HDF5 build is not
- * thread-safe, holds this layer's mutex. */
-void ckpt_h5_enter(void);
-void ckpt_h5_leave(void);
-
-/* The reason for the HDF5 failure that just happened on this thread: strerror of the errno HDF5
- * recorded ("File too large") when a system call failed, else HDF5's innermost description. */
-const char *ckpt_h5_reason(char buf[256]);
 
 /* A file-access property list (close with H5Pclose): closing the file closes every object still
  * open in it; no POSIX file locks (checkpoints are never written in place, and locks fail on some
@@ -54,17 +45,5 @@ mr_status ckpt_attr_get_str(hid_t obj, const char *file, const char *name, char 
 /* An integer (or, when allow_float, float) attribute read as memory type mt into *out. Errors as
  * ckpt_attr_get_str. */
 mr_status ckpt_attr_get_num(hid_t obj, const char *file, const char *name, hid_t mt, int allow_float, void *out);
-
-/* A negative HDF5 result becomes `code` with the message and HDF5's reason, and jumps to fail.
- * Needs `mr_status st` and `char h5e[256]` in scope. */
-#define CKPT_TRY_H5(expr, code, ...)                                                               \
-    do {                                                                                           \
-        if ((expr) < 0) {                                                                          \
-            char ck_m_[512];                                                                       \
-            snprintf(ck_m_, sizeof ck_m_, __VA_ARGS__);                                            \
-            st = mr_set_error((code), "%s: %s", ck_m_, ckpt_h5_reason(h5e));                       \
-            goto fail;                                                                             \
-        }                                                                                          \
-    } while (0)
 
 #endif

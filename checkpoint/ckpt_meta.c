@@ -57,13 +57,13 @@ mr_status mr_ckpt_open(const char *path, int flags, mr_ckpt_reader **out) {
     strcpy(r->path, path);
     r->flags = flags;
     r->file = -1;
-    ckpt_h5_enter();
+    mr_h5_enter();
     MR_CHECK(H5Fis_hdf5(path) > 0, MR_ERR_FORMAT, "%s: not an HDF5 file (no HDF5 signature; empty or not a checkpoint)",
              path);
     fapl = ckpt_h5_fapl();
-    CKPT_TRY_H5(fapl, MR_ERR_INTERNAL, "%s: file access properties", path);
+    MR_TRY_H5(fapl, MR_ERR_INTERNAL, "%s: file access properties", path);
     r->file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-    CKPT_TRY_H5(r->file, MR_ERR_FORMAT, "%s: cannot open as HDF5 (truncated or corrupt file?)", path);
+    MR_TRY_H5(r->file, MR_ERR_FORMAT, "%s: cannot open as HDF5 (truncated or corrupt file?)", path);
     if (!(flags & MR_CKPT_FOREIGN)) {
         st = ckpt_attr_get_str(r->file, path, "format", &fmt);
         if (st == MR_ERR_NOT_FOUND || st == MR_ERR_INVALID)
@@ -82,14 +82,14 @@ mr_status mr_ckpt_open(const char *path, int flags, mr_ckpt_reader **out) {
                  MR_CKPT_FORMAT_VERSION);
     }
     H5Pclose(fapl);
-    ckpt_h5_leave();
+    mr_h5_leave();
     free(fmt);
     *out = r;
     return MR_OK;
 fail:
     if (r->file >= 0) H5Fclose(r->file);
     if (fapl >= 0) H5Pclose(fapl);
-    ckpt_h5_leave();
+    mr_h5_leave();
     free(fmt);
     free(r);
     return st;
@@ -97,9 +97,9 @@ fail:
 
 void mr_ckpt_close(mr_ckpt_reader *r) {
     if (!r) return;
-    ckpt_h5_enter();
+    mr_h5_enter();
     if (r->file >= 0) H5Fclose(r->file);
-    ckpt_h5_leave();
+    mr_h5_leave();
     free(r);
 }
 
@@ -157,20 +157,20 @@ mr_status mr_ckpt_list(const mr_ckpt_reader *r, const char *group, char ***names
     *names = NULL;
     *n = 0;
     const char *gname = group ? ckpt_rel(group) : "";
-    ckpt_h5_enter();
+    mr_h5_enter();
     if (gname[0]) {
         H5O_type_t t = ckpt_obj_type(r->file, gname);
         MR_CHECK(t != H5O_TYPE_UNKNOWN, MR_ERR_NOT_FOUND, "%s: no group '%s' in the checkpoint", r->path, gname);
         MR_CHECK(t == H5O_TYPE_GROUP, MR_ERR_INVALID, "%s: '%s' is not a group", r->path, gname);
     }
     g = H5Gopen2(r->file, gname[0] ? gname : "/", H5P_DEFAULT);
-    CKPT_TRY_H5(g, MR_ERR_FORMAT, "%s: cannot open group '%s'", r->path, gname);
+    MR_TRY_H5(g, MR_ERR_FORMAT, "%s: cannot open group '%s'", r->path, gname);
     herr_t v = H5Ovisit2(g, H5_INDEX_NAME, H5_ITER_INC, visit_obj, &l, H5O_INFO_BASIC);
     MR_CHECK(!l.nomem, MR_ERR_NOMEM, "%s: out of memory listing '%s'", r->path, gname);
-    CKPT_TRY_H5(v, MR_ERR_FORMAT, "%s: listing group '%s' failed (corrupt file?)", r->path, gname);
+    MR_TRY_H5(v, MR_ERR_FORMAT, "%s: listing group '%s' failed (corrupt file?)", r->path, gname);
 fail:
     if (g >= 0) H5Gclose(g);
-    ckpt_h5_leave();
+    mr_h5_leave();
     return finish_list(st, &l, names, n);
 }
 
@@ -182,7 +182,7 @@ static hid_t attr_open(hid_t obj, const char *file, const char *name, mr_status 
     htri_t ex = H5Aexists(obj, name);
     if (ex <= 0) {
         *st = ex == 0 ? mr_set_error(MR_ERR_NOT_FOUND, "%s: no attribute '%s'", file, name)
-                      : mr_set_error(MR_ERR_FORMAT, "%s: attribute '%s': %s", file, name, ckpt_h5_reason(h5e));
+                      : mr_set_error(MR_ERR_FORMAT, "%s: attribute '%s': %s", file, name, mr_h5_reason(h5e));
         return -1;
     }
     hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
@@ -190,7 +190,7 @@ static hid_t attr_open(hid_t obj, const char *file, const char *name, mr_status 
     hssize_t np = sp < 0 ? -1 : H5Sget_simple_extent_npoints(sp);
     if (sp >= 0) H5Sclose(sp);
     if (np != 1) {
-        *st = np < 0 ? mr_set_error(MR_ERR_FORMAT, "%s: attribute '%s': %s", file, name, ckpt_h5_reason(h5e))
+        *st = np < 0 ? mr_set_error(MR_ERR_FORMAT, "%s: attribute '%s': %s", file, name, mr_h5_reason(h5e))
                      : mr_set_error(MR_ERR_INVALID, "%s: attribute '%s' holds %lld values, not one", file, name,
                                     (long long)np);
         if (a >= 0) H5Aclose(a);
@@ -207,13 +207,13 @@ mr_status ckpt_attr_get_str(hid_t obj, const char *file, const char *name, char 
     *out = NULL;
     if (a < 0) return st;
     at = H5Aget_type(a);
-    CKPT_TRY_H5(at, MR_ERR_FORMAT, "%s: attribute '%s': type", file, name);
+    MR_TRY_H5(at, MR_ERR_FORMAT, "%s: attribute '%s': type", file, name);
     MR_CHECK(H5Tget_class(at) == H5T_STRING, MR_ERR_INVALID, "%s: attribute '%s' is not a string", file, name);
     mt = H5Tcopy(at);
-    CKPT_TRY_H5(mt, MR_ERR_INTERNAL, "%s: attribute '%s': type", file, name);
+    MR_TRY_H5(mt, MR_ERR_INTERNAL, "%s: attribute '%s': type", file, name);
     if (H5Tis_variable_str(at) > 0) {
         char *v = NULL;
-        CKPT_TRY_H5(H5Aread(a, mt, &v), MR_ERR_FORMAT, "%s: attribute '%s': read failed", file, name);
+        MR_TRY_H5(H5Aread(a, mt, &v), MR_ERR_FORMAT, "%s: attribute '%s': read failed", file, name);
         s = strdup(v ? v : "");
         H5free_memory(v);
         MR_CHECK(s, MR_ERR_NOMEM, "%s: out of memory", file);
@@ -221,7 +221,7 @@ mr_status ckpt_attr_get_str(hid_t obj, const char *file, const char *name, char 
         size_t size = H5Tget_size(at);
         s = calloc(size + 1, 1);
         MR_CHECK(s, MR_ERR_NOMEM, "%s: out of memory", file);
-        CKPT_TRY_H5(H5Aread(a, mt, s), MR_ERR_FORMAT, "%s: attribute '%s': read failed", file, name);
+        MR_TRY_H5(H5Aread(a, mt, s), MR_ERR_FORMAT, "%s: attribute '%s': read failed", file, name);
     }
     *out = s;
     s = NULL;
@@ -239,11 +239,11 @@ mr_status ckpt_attr_get_num(hid_t obj, const char *file, const char *name, hid_t
     hid_t at = -1, a = attr_open(obj, file, name, &st);
     if (a < 0) return st;
     at = H5Aget_type(a);
-    CKPT_TRY_H5(at, MR_ERR_FORMAT, "%s: attribute '%s': type", file, name);
+    MR_TRY_H5(at, MR_ERR_FORMAT, "%s: attribute '%s': type", file, name);
     H5T_class_t c = H5Tget_class(at);
     MR_CHECK(c == H5T_INTEGER || (allow_float && c == H5T_FLOAT), MR_ERR_INVALID, "%s: attribute '%s' is not %s", file,
              name, allow_float ? "a number" : "an integer");
-    CKPT_TRY_H5(H5Aread(a, mt, out), MR_ERR_FORMAT, "%s: attribute '%s': read failed", file, name);
+    MR_TRY_H5(H5Aread(a, mt, out), MR_ERR_FORMAT, "%s: attribute '%s': read failed", file, name);
 fail:
     if (at >= 0) H5Tclose(at);
     H5Aclose(a);
@@ -252,25 +252,25 @@ fail:
 
 mr_status mr_ckpt_attr_str(const mr_ckpt_reader *r, const char *name, char **out) {
     if (!r || !name || !out) return mr_set_error(MR_ERR_INVALID, "mr_ckpt_attr_str: NULL argument");
-    ckpt_h5_enter();
+    mr_h5_enter();
     mr_status st = ckpt_attr_get_str(r->file, r->path, name, out);
-    ckpt_h5_leave();
+    mr_h5_leave();
     return st;
 }
 
 mr_status mr_ckpt_attr_i64(const mr_ckpt_reader *r, const char *name, int64_t *out) {
     if (!r || !name || !out) return mr_set_error(MR_ERR_INVALID, "mr_ckpt_attr_i64: NULL argument");
-    ckpt_h5_enter();
+    mr_h5_enter();
     mr_status st = ckpt_attr_get_num(r->file, r->path, name, H5T_NATIVE_INT64, 0, out);
-    ckpt_h5_leave();
+    mr_h5_leave();
     return st;
 }
 
 mr_status mr_ckpt_attr_f64(const mr_ckpt_reader *r, const char *name, double *out) {
     if (!r || !name || !out) return mr_set_error(MR_ERR_INVALID, "mr_ckpt_attr_f64: NULL argument");
-    ckpt_h5_enter();
+    mr_h5_enter();
     mr_status st = ckpt_attr_get_num(r->file, r->path, name, H5T_NATIVE_DOUBLE, 1, out);
-    ckpt_h5_leave();
+    mr_h5_leave();
     return st;
 }
 
@@ -283,11 +283,11 @@ mr_status mr_ckpt_attr_names(const mr_ckpt_reader *r, char ***names, int *n) {
     if (!r || !names || !n) return mr_set_error(MR_ERR_INVALID, "mr_ckpt_attr_names: NULL argument");
     *names = NULL;
     *n = 0;
-    ckpt_h5_enter();
+    mr_h5_enter();
     herr_t v = H5Aiterate2(r->file, H5_INDEX_NAME, H5_ITER_INC, NULL, visit_attr, &l);
     MR_CHECK(!l.nomem, MR_ERR_NOMEM, "%s: out of memory listing attributes", r->path);
-    CKPT_TRY_H5(v, MR_ERR_FORMAT, "%s: listing the root attributes failed (corrupt file?)", r->path);
+    MR_TRY_H5(v, MR_ERR_FORMAT, "%s: listing the root attributes failed (corrupt file?)", r->path);
 fail:
-    ckpt_h5_leave();
+    mr_h5_leave();
     return finish_list(st, &l, names, n);
 }

@@ -16,9 +16,9 @@
 
 int mr_ckpt_has(const mr_ckpt_reader *r, const char *path) {
     if (!r || !path) return 0;
-    ckpt_h5_enter();
+    mr_h5_enter();
     int yes = ckpt_obj_type(r->file, ckpt_rel(path)) == H5O_TYPE_DATASET;
-    ckpt_h5_leave();
+    mr_h5_leave();
     return yes;
 }
 
@@ -83,17 +83,17 @@ static mr_status dset_open(const mr_ckpt_reader *r, const char *name, ck_dset *k
     if (ckpt_obj_type(r->file, name) != H5O_TYPE_DATASET)
         return mr_set_error(MR_ERR_NOT_FOUND, "%s: no dataset '%s' in the checkpoint", r->path, name);
     k->d = H5Dopen2(r->file, name, H5P_DEFAULT);
-    CKPT_TRY_H5(k->d, MR_ERR_FORMAT, "%s: '%s': cannot open the dataset", r->path, name);
+    MR_TRY_H5(k->d, MR_ERR_FORMAT, "%s: '%s': cannot open the dataset", r->path, name);
     k->ft = H5Dget_type(k->d);
-    CKPT_TRY_H5(k->ft, MR_ERR_FORMAT, "%s: '%s': cannot read its type", r->path, name);
+    MR_TRY_H5(k->ft, MR_ERR_FORMAT, "%s: '%s': cannot read its type", r->path, name);
     MR_TRY(map_type(k->ft, r->path, name, &k->dt));
     k->sp = H5Dget_space(k->d);
-    CKPT_TRY_H5(k->sp, MR_ERR_FORMAT, "%s: '%s': cannot read its dataspace", r->path, name);
+    MR_TRY_H5(k->sp, MR_ERR_FORMAT, "%s: '%s': cannot read its dataspace", r->path, name);
     int rank = H5Sget_simple_extent_ndims(k->sp);
-    CKPT_TRY_H5(rank, MR_ERR_FORMAT, "%s: '%s': cannot read its rank", r->path, name);
+    MR_TRY_H5(rank, MR_ERR_FORMAT, "%s: '%s': cannot read its rank", r->path, name);
     MR_CHECK(rank <= MR_MAX_DIMS && H5Sget_simple_extent_type(k->sp) != H5S_NULL, MR_ERR_FORMAT,
              "%s: '%s': %d dims (or an empty dataspace); at most %d are supported", r->path, name, rank, MR_MAX_DIMS);
-    CKPT_TRY_H5(H5Sget_simple_extent_dims(k->sp, k->dims, NULL), MR_ERR_FORMAT, "%s: '%s': dims", r->path, name);
+    MR_TRY_H5(H5Sget_simple_extent_dims(k->sp, k->dims, NULL), MR_ERR_FORMAT, "%s: '%s': dims", r->path, name);
     k->shape.ndim = rank;
     for (int d = 0; d < rank; d++) k->shape.dim[d] = (int64_t)k->dims[d];
     return MR_OK;
@@ -105,14 +105,14 @@ fail:
 mr_status mr_ckpt_info(const mr_ckpt_reader *r, const char *path, mr_dtype *dt, mr_shape *shape) {
     if (!r || !path || !dt || !shape) return mr_set_error(MR_ERR_INVALID, "mr_ckpt_info: NULL argument");
     ck_dset k;
-    ckpt_h5_enter();
+    mr_h5_enter();
     mr_status st = dset_open(r, ckpt_rel(path), &k);
     if (st == MR_OK) {
         *dt = k.dt;
         *shape = k.shape;
         dset_close(&k);
     }
-    ckpt_h5_leave();
+    mr_h5_leave();
     return st;
 }
 
@@ -122,7 +122,7 @@ static mr_status dset_crc(const mr_ckpt_reader *r, const char *name, const ck_ds
     *has = ex > 0;
     if (ex < 0) {
         char h5e[256];
-        return mr_set_error(MR_ERR_FORMAT, "%s: '%s': cannot read its attributes: %s", r->path, name, ckpt_h5_reason(h5e));
+        return mr_set_error(MR_ERR_FORMAT, "%s: '%s': cannot read its attributes: %s", r->path, name, mr_h5_reason(h5e));
     }
     if (!*has) return MR_OK;
     mr_status st = ckpt_attr_get_num(k->d, r->path, "crc32", H5T_NATIVE_UINT32, 0, crc);
@@ -147,7 +147,7 @@ static mr_status read_blocks(const mr_ckpt_reader *r, const char *name, const ck
     if (rank == 0) {
         buf = malloc(es);
         MR_CHECK(buf, MR_ERR_NOMEM, "%s: out of memory", r->path);
-        CKPT_TRY_H5(H5Dread(k->d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf), MR_ERR_FORMAT,
+        MR_TRY_H5(H5Dread(k->d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf), MR_ERR_FORMAT,
                     "%s: '%s': read failed (truncated or corrupt file?)", r->path, name);
         MR_TRY(fn(ctx, buf, 0, 1));
         free(buf);
@@ -167,11 +167,11 @@ static mr_status read_blocks(const mr_ckpt_reader *r, const char *name, const ck
     for (;;) {
         count[s] = (hsize_t)(k->shape.dim[s] - (int64_t)start[s] < run ? k->shape.dim[s] - (int64_t)start[s] : run);
         hsize_t n = count[s] * (hsize_t)inner;
-        CKPT_TRY_H5(H5Sselect_hyperslab(k->sp, H5S_SELECT_SET, start, NULL, count, NULL), MR_ERR_FORMAT,
+        MR_TRY_H5(H5Sselect_hyperslab(k->sp, H5S_SELECT_SET, start, NULL, count, NULL), MR_ERR_FORMAT,
                     "%s: '%s': selecting a block", r->path, name);
         ms = H5Screate_simple(1, &n, NULL);
-        CKPT_TRY_H5(ms, MR_ERR_INTERNAL, "%s: memory dataspace", r->path);
-        CKPT_TRY_H5(H5Dread(k->d, mt, ms, k->sp, H5P_DEFAULT, buf), MR_ERR_FORMAT,
+        MR_TRY_H5(ms, MR_ERR_INTERNAL, "%s: memory dataspace", r->path);
+        MR_TRY_H5(H5Dread(k->d, mt, ms, k->sp, H5P_DEFAULT, buf), MR_ERR_FORMAT,
                     "%s: '%s': read failed (truncated or corrupt file?)", r->path, name);
         H5Sclose(ms);
         ms = -1;
@@ -241,7 +241,7 @@ mr_status mr_ckpt_read(const mr_ckpt_reader *r, const char *path, mr_dtype dt, c
     hid_t nt = -1;
     if (!r || !path || !shape) return mr_set_error(MR_ERR_INVALID, "mr_ckpt_read: NULL argument");
     const char *name = ckpt_rel(path);
-    ckpt_h5_enter();
+    mr_h5_enter();
     MR_TRY(dset_open(r, name, &k));
     if (!mr_shape_eq(&k.shape, shape)) {
         char a[160], b[160];
@@ -257,10 +257,10 @@ mr_status mr_ckpt_read(const mr_ckpt_reader *r, const char *path, mr_dtype dt, c
     MR_TRY(dset_crc(r, name, &k, &has, &stored));
     /* the stored bytes as they are in memory: what the crc32 is over */
     nt = H5Tget_native_type(k.ft, H5T_DIR_ASCEND);
-    CKPT_TRY_H5(nt, MR_ERR_FORMAT, "%s: '%s': native type", r->path, name);
+    MR_TRY_H5(nt, MR_ERR_FORMAT, "%s: '%s': native type", r->path, name);
     htri_t same = H5Tequal(nt, native_of(dt));
     if (same > 0 && numel > 0) { /* the common case: straight into dst */
-        CKPT_TRY_H5(H5Dread(k.d, nt, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst), MR_ERR_FORMAT,
+        MR_TRY_H5(H5Dread(k.d, nt, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst), MR_ERR_FORMAT,
                     "%s: '%s': read failed (truncated or corrupt file?)", r->path, name);
         computed = ckpt_crc32(0, dst, (size_t)numel * mr_dtype_size(dt));
     } else if (numel > 0) {
@@ -273,7 +273,7 @@ mr_status mr_ckpt_read(const mr_ckpt_reader *r, const char *path, mr_dtype dt, c
 fail:
     if (nt >= 0) H5Tclose(nt);
     dset_close(&k);
-    ckpt_h5_leave();
+    mr_h5_leave();
     return st;
 }
 
@@ -308,7 +308,7 @@ mr_status mr_ckpt_verify(const char *path) {
     mr_status st = mr_ckpt_open(path, 0, &r);
     if (st != MR_OK) return st;
     MR_TRY(mr_ckpt_list(r, "", &names, &n));
-    ckpt_h5_enter();
+    mr_h5_enter();
     for (int i = 0; i < n && st == MR_OK; i++) {
         ck_dset k;
         st = dset_open(r, names[i], &k);
@@ -329,7 +329,7 @@ mr_status mr_ckpt_verify(const char *path) {
         if (nt >= 0) H5Tclose(nt);
         dset_close(&k);
     }
-    ckpt_h5_leave();
+    mr_h5_leave();
 fail:
     mr_ckpt_names_free(names, n);
     mr_ckpt_close(r);

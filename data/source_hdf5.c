@@ -4,14 +4,13 @@
  * (at most H5_CACHE_BYTES), so sequential reads and shuffle(buffer) draws, which stay within a
  * window of the file, cost one hyperslab read per block instead of one per element.
  *
- * Debian's HDF5 is the serial build, which is not thread-safe: every HDF5 call of this file runs
- * under one process-wide mutex (map(parallel) and the prefetch thread read from several threads).
- * That mutex is the file's only mutable global and exists because the library under it is global.
+ * Every HDF5 call of this file runs under mirror's one process-wide HDF5 lock (core/h5_impl.h):
+ * map(parallel) and the prefetch thread read from several threads, and an HDF5 build need not be
+ * thread-safe.
  *
  * The writer iterates any dataset and appends each component to an extendible chunked HDF5
  * dataset, in a temporary file renamed over `path` only once everything is written. */
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,45 +18,12 @@
 
 #include <hdf5.h>
 
+#include "core/h5_impl.h"
 #include "data/data_impl.h"
 
 #define H5_BLOCK_BYTES ((size_t)1 << 20)
 #define H5_CACHE_BYTES ((size_t)64 << 20)
 #define H5_MAX_BLOCKS 64
-
-static pthread_mutex_t g_h5_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static void h5_lock(void) {
-    pthread_mutex_lock(&g_h5_mu);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* errors become MR_ERR_* with HDF5's innermost message */
-}
-static void h5_unlock(void) { pthread_mutex_unlock(&g_h5_mu); }
-
-static herr_t h5_walk(unsigned n, const H5E_error2_t *e, void *p) {
-    char *buf = p;
-    if (n == 0 && e->desc) snprintf(buf, 256, "%s", e->desc);
-    return 0;
-}
-
-/* HDF5's innermost error description for the calling thread (call with the lock held). */
-static const char *h5_msg(char buf[256]) {
-    buf[0] = '\0';
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_walk, buf); /* innermost (most specific) first */
-    if (!buf[0]) snprintf(buf, 256, "unknown HDF5 error");
-    return buf;
-}
-
-/* One wrapper for HDF5 calls: a negative result becomes `code` with the message and HDF5's reason,
- * and jumps to fail. Needs `mr_status st` and `char h5e[256]` in scope. */
-#define MR_TRY_H5(expr, code, ...)                                                                 \
-    do {                                                                                           \
-        if ((expr) < 0) {                                                                          \
-            char mr_m_[512];                                                                       \
-            snprintf(mr_m_, sizeof mr_m_, __VA_ARGS__);                                            \
-            st = mr_set_error((code), "%s: %s", mr_m_, h5_msg(h5e));                               \
-            goto fail;                                                                             \
-        }                                                                                          \
-    } while (0)
 
 /* IEEE half, little-endian (HDF5 1.10 has no predefined one); close with H5Tclose. */
 static hid_t h5_half_type(void) {
@@ -89,7 +55,7 @@ static mr_status h5_map_type(hid_t ft, const char *path, const char *name, mr_dt
                                 "%zu mantissa bits)", path, name, esize, msize);
         *dt = MR_F16;
         *mt = h5_half_type();
-        if (*mt < 0) return mr_set_error(MR_ERR_INTERNAL, "%s: cannot build the half type: %s", path, h5_msg(h5e));
+        if (*mt < 0) return mr_set_error(MR_ERR_INTERNAL, "%s: cannot build the half type: %s", path, mr_h5_reason(h5e));
         return MR_OK;
     } else if (cls == H5T_INTEGER) {
         H5T_sign_t sg = H5Tget_sign(ft);
@@ -107,7 +73,7 @@ static mr_status h5_map_type(hid_t ft, const char *path, const char *name, mr_dt
                             cls >= 0 && cls < 11 ? names[cls] : "unknown", size);
     }
     *mt = H5Tcopy(native);
-    if (*mt < 0) return mr_set_error(MR_ERR_INTERNAL, "%s: H5Tcopy failed: %s", path, h5_msg(h5e));
+    if (*mt < 0) return mr_set_error(MR_ERR_INTERNAL, "%s: H5Tcopy failed: %s", path, mr_h5_reason(h5e));
     return MR_OK;
 }
 
@@ -135,13 +101,13 @@ typedef struct h5_impl {
 static void h5_impl_free(void *p) {
     h5_impl *h = p;
     if (!h) return;
-    h5_lock();
+    mr_h5_enter();
     for (int c = 0; c < MR_DATA_MAX_COMPONENTS; c++) {
         if (h->dset[c] > 0) H5Dclose(h->dset[c]);
         if (h->mtype[c] > 0) H5Tclose(h->mtype[c]);
     }
     if (h->file > 0) H5Fclose(h->file);
-    h5_unlock();
+    mr_h5_leave();
     if (h->blocks)
         for (int b = 0; b < h->nblocks; b++)
             for (int c = 0; c < MR_DATA_MAX_COMPONENTS; c++) free(h->blocks[b].data[c]);
@@ -189,7 +155,7 @@ fail:
 static mr_status h5_read(void *p, int64_t idx, void *const out[]) {
     h5_impl *h = p;
     mr_status st = MR_OK;
-    h5_lock();
+    mr_h5_enter();
     h5_block *hit = NULL, *victim = &h->blocks[0];
     for (int b = 0; b < h->nblocks; b++) {
         h5_block *k = &h->blocks[b];
@@ -207,7 +173,7 @@ static mr_status h5_read(void *p, int64_t idx, void *const out[]) {
         for (int c = 0; c < h->ncomp; c++)
             memcpy(out[c], hit->data[c] + (size_t)(idx - hit->first) * h->eb[c], h->eb[c]);
     }
-    h5_unlock();
+    mr_h5_leave();
     return st;
 }
 
@@ -231,7 +197,7 @@ mr_status mr_data_from_hdf5(const char *path, const char *const names[], int n, 
     for (int c = 0; c < MR_DATA_MAX_COMPONENTS; c++) h->dset[c] = h->mtype[c] = -1;
     h->file = -1;
     h->ncomp = n;
-    h5_lock();
+    mr_h5_enter();
     locked = 1;
     MR_CHECK(H5Fis_hdf5(path) > 0, MR_ERR_FORMAT, "%s: not an HDF5 file (no HDF5 signature)", path);
     h->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -274,7 +240,7 @@ mr_status mr_data_from_hdf5(const char *path, const char *const names[], int n, 
         MR_TRY(mr_data_spec_add(&spec, cname, dt, &s));
         h->eb[c] = mr_data_spec_bytes(&spec, c);
     }
-    h5_unlock();
+    mr_h5_leave();
     locked = 0;
     size_t row = 0;
     for (int c = 0; c < n; c++) row += h->eb[c];
@@ -296,7 +262,7 @@ mr_status mr_data_from_hdf5(const char *path, const char *const names[], int n, 
 fail:
     if (ft >= 0) H5Tclose(ft);
     if (fs >= 0) H5Sclose(fs);
-    if (locked) h5_unlock();
+    if (locked) mr_h5_leave();
     h5_impl_free(h);
     return st;
 }
@@ -319,7 +285,7 @@ static mr_status h5_append(h5_writer *w, int64_t n, void *const bufs[]) {
     char h5e[256];
     hid_t fs = -1, ms = -1;
     if (n == 0) return MR_OK;
-    h5_lock();
+    mr_h5_enter();
     for (int c = 0; c < w->ncomp; c++) {
         hsize_t start[MR_MAX_DIMS] = {0}, count[MR_MAX_DIMS];
         memcpy(count, w->dims[c], sizeof count);
@@ -342,7 +308,7 @@ static mr_status h5_append(h5_writer *w, int64_t n, void *const bufs[]) {
 fail:
     if (ms >= 0) H5Sclose(ms);
     if (fs >= 0) H5Sclose(fs);
-    h5_unlock();
+    mr_h5_leave();
     return st;
 }
 
@@ -380,7 +346,7 @@ mr_status mr_data_write_hdf5(mr_dataset *ds, const char *path, const char *const
     tmp = malloc(tl);
     MR_CHECK(tmp, MR_ERR_NOMEM, "%s: out of memory", path);
     snprintf(tmp, tl, "%s.tmp.%ld", path, (long)getpid());
-    h5_lock();
+    mr_h5_enter();
     locked = 1;
     w.file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     MR_TRY_H5(w.file, MR_ERR_IO, "%s: cannot create HDF5 file", tmp);
@@ -422,7 +388,7 @@ mr_status mr_data_write_hdf5(mr_dataset *ds, const char *path, const char *const
         H5Sclose(sp);
         dcpl = sp = -1;
     }
-    h5_unlock();
+    mr_h5_leave();
     locked = 0;
     MR_TRY(mr_data_iter_new(ds, &it));
     int64_t have = 0;
@@ -444,7 +410,7 @@ mr_status mr_data_write_hdf5(mr_dataset *ds, const char *path, const char *const
         }
     }
     MR_TRY(h5_append(&w, have, bufs));
-    h5_lock();
+    mr_h5_enter();
     locked = 1;
     for (int c = 0; c < w.ncomp; c++) {
         herr_t r = H5Dclose(w.dset[c]);
@@ -455,7 +421,7 @@ mr_status mr_data_write_hdf5(mr_dataset *ds, const char *path, const char *const
     w.file = -1;
     MR_TRY_H5(r, MR_ERR_IO, "%s: closing (flushing) the file", tmp);
     for (int c = 0; c < w.ncomp; c++) H5Tclose(w.ftype[c]);
-    h5_unlock();
+    mr_h5_leave();
     locked = 0;
     MR_CHECK(rename(tmp, path) == 0, MR_ERR_IO, "%s: renaming %s into place failed: %s", path, tmp, strerror(errno));
     mr_data_iter_free(it);
@@ -463,7 +429,7 @@ mr_status mr_data_write_hdf5(mr_dataset *ds, const char *path, const char *const
     free(tmp);
     return MR_OK;
 fail:
-    if (!locked) h5_lock();
+    if (!locked) mr_h5_enter();
     if (sp >= 0) H5Sclose(sp);
     if (dcpl >= 0) H5Pclose(dcpl);
     for (int c = 0; c < MR_DATA_MAX_COMPONENTS; c++) {
@@ -471,7 +437,7 @@ fail:
         if (w.ftype[c] >= 0) H5Tclose(w.ftype[c]);
     }
     if (w.file >= 0) H5Fclose(w.file);
-    h5_unlock();
+    mr_h5_leave();
     if (tmp) unlink(tmp);
     mr_data_iter_free(it);
     for (int c = 0; c < MR_DATA_MAX_COMPONENTS; c++) free(bufs[c]);
