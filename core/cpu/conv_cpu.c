@@ -393,11 +393,20 @@ static mr_status conv_no_workspace(const mr_op_args *a) {
                        a->workspace ? a->workspace_bytes : (size_t)0);
 }
 
-/* Threads for `batches` batches of `work` multiply-adds each, given `slots` slots: 1 means run
- * the batches one by one with threaded GEMMs. */
-static int conv_batch_threads(int64_t batches, int64_t work, int slots) {
-    if (slots < 2 || batches < 2 || batches * work <= CONV_PAR_MIN) return 1;
-    return batches < slots ? (int)batches : slots;
+/* How forward and backward-data share out the images: *nt threads over *batches batches of *bsz
+ * images (fewer images per batch when that gives every thread a batch; the results do not depend
+ * on it), or *nt = 1: batches of the largest size one by one, each GEMM threaded. */
+static void conv_share(const conv_dims *g, int slots, int64_t *bsz, int64_t *batches, int *nt) {
+    int64_t bmax = conv_batch(g), per_thread = (g->n + slots - 1) / slots;
+    *bsz = bmax < per_thread ? bmax : per_thread;
+    *batches = (g->n + *bsz - 1) / *bsz;
+    if (slots < 2 || *batches < 2 || *batches * (*bsz * g->o * g->ckk * g->ohw) <= CONV_PAR_MIN) {
+        *nt = 1;
+        *bsz = bmax;
+        *batches = (g->n + bmax - 1) / bmax;
+    } else {
+        *nt = *batches < slots ? (int)*batches : slots;
+    }
 }
 
 /* y (nb,O,OHW) of images x (nb,C,H,W), with slot col (CKK, nb*OHW) and yb (O, nb*OHW). */
@@ -442,13 +451,10 @@ mr_status mr_conv2d_fwd_cpu(const mr_op_args *a) {
 #endif
     int slots = conv_slots(a, &g, 0);
     if (slots < 1) return conv_no_workspace(a);
-    int64_t bmax = conv_batch(&g), slot = (int64_t)conv_slot_floats(&g);
-    /* fewer images per batch when that gives every thread a batch (results do not depend on it) */
-    int64_t per_thread = (g.n + slots - 1) / slots, bsz = bmax < per_thread ? bmax : per_thread;
-    int64_t batches = (g.n + bsz - 1) / bsz;
-    int nt = conv_batch_threads(batches, bsz * g.o * g.ckk * g.ohw, slots);
+    int64_t slot = (int64_t)conv_slot_floats(&g), bsz, batches;
+    int nt;
+    conv_share(&g, slots, &bsz, &batches, &nt);
     if (nt < 2) {
-        bsz = bmax;
         for (int64_t n0 = 0; n0 < g.n; n0 += bsz) {
             int64_t nb = g.n - n0 < bsz ? g.n - n0 : bsz;
             conv_fwd_batch(&g, x + n0 * g.c * g.h * g.w, w, bias, y + n0 * g.o * g.ohw, nb, ws,
@@ -489,12 +495,10 @@ mr_status mr_conv2d_bwd_data_cpu(const mr_op_args *a) {
     /* w (O,CKK); dy (N,O,OHW); dx (N,C,H,W); slots x [dcol (CKK,B*OHW), dyb (O,B*OHW)] */
     const float *w = a->in[0].data, *dy = a->in[1].data;
     float *dx = a->out[0].data, *ws = a->workspace;
-    int64_t bmax = conv_batch(&g), slot = (int64_t)conv_slot_floats(&g);
-    int64_t per_thread = (g.n + slots - 1) / slots, bsz = bmax < per_thread ? bmax : per_thread;
-    int64_t batches = (g.n + bsz - 1) / bsz;
-    int nt = conv_batch_threads(batches, bsz * g.o * g.ckk * g.ohw, slots);
+    int64_t slot = (int64_t)conv_slot_floats(&g), bsz, batches;
+    int nt;
+    conv_share(&g, slots, &bsz, &batches, &nt);
     if (nt < 2) {
-        bsz = bmax;
         for (int64_t n0 = 0; n0 < g.n; n0 += bsz) {
             int64_t nb = g.n - n0 < bsz ? g.n - n0 : bsz;
             conv_bwd_data_batch(&g, w, dy + n0 * g.o * g.ohw, dx + n0 * g.c * g.h * g.w, nb, ws,
