@@ -8,12 +8,10 @@
 # Usage: tests/e2e/checkpoint.sh path/to/mirror
 set -uo pipefail
 mirror=${1:?usage: checkpoint.sh path/to/mirror}
-fm=/usr/share/datasets/fashion-mnist
-if [ ! -r "$fm/train-images-idx3-ubyte.gz" ]; then echo "no Fashion-MNIST; skipped"; exit 77; fi
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+need_fashion_mnist
 tmp=$(mktemp -d)
 trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
-fails=0
-check() { if eval "$2"; then echo "ok: $1"; else echo "FAILED: $1"; fails=$((fails + 1)); fi; }
 
 steps=1500
 cat >"$tmp/exp.yaml" <<YAML
@@ -97,5 +95,4 @@ check "inspect of a truncated file exits non-zero naming it" "[ $rc -ne 0 ] && e
 out=$("$mirror" train "$tmp/exp.yaml" --set "checkpoint.dir=$tmp/d" --set "checkpoint.resume=$tmp/broken.h5" 2>&1); rc=$?
 check "resume: PATH of a broken file fails naming it" "[ $rc -ne 0 ] && echo \"\$out\" | grep -q 'broken.h5'"
 
-if [ $fails -ne 0 ]; then echo "checkpoint.sh: $fails checks failed"; exit 1; fi
-echo "checkpoint.sh: all checks passed"
+finish

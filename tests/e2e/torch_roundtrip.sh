@@ -8,15 +8,13 @@
 set -uo pipefail
 mirror=${1:?usage: torch_roundtrip.sh path/to/mirror}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-fm=/usr/share/datasets/fashion-mnist
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 py=/usr/bin/python3
 if ! "$py" -c "import torch, h5py" 2>/dev/null || [ ! -r "$fm/t10k-images-idx3-ubyte.gz" ]; then
     echo "no torch + h5py for /usr/bin/python3 (or no Fashion-MNIST); skipped"; exit 77
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fails=0
-check() { if eval "$2"; then echo "ok: $1"; else echo "FAILED: $1"; fails=$((fails + 1)); fi; }
 cat >"$tmp/exp.yaml" <<YAML
 model: {type: mlp, sizes: [784, 64, 10]}
 data:
@@ -55,5 +53,4 @@ check "init_from a PyTorch state_dict trains" "[ $rc -eq 0 ] && echo \"\$out\" |
 out=$("$py" "$root/tests/checkpoint_torch_roundtrip.py" "$tmp/run/ckpt-00000020.h5" --out "$tmp/unused.h5" --sizes 784,64,10 2>&1); rc=$?
 echo "$out" | tail -2
 check "a mirror checkpoint loads into PyTorch (strict) with its CRC-32s checked" "[ $rc -eq 0 ] && echo \"\$out\" | grep -q 'loaded 4 tensors into MLP'"
-if [ $fails -ne 0 ]; then echo "torch_roundtrip.sh: $fails checks failed"; exit 1; fi
-echo "torch_roundtrip.sh: all checks passed"
+finish

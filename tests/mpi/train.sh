@@ -10,14 +10,12 @@ set -uo pipefail
 mpiexec=${1:?usage: train.sh MPIEXEC mirror ckpt_diff}
 mirror=${2:?}
 diff=${3:?}
-fm=/usr/share/datasets/fashion-mnist
-if [ ! -r "$fm/train-images-idx3-ubyte.gz" ]; then echo "no Fashion-MNIST; skipped"; exit 77; fi
+source "$(dirname "${BASH_SOURCE[0]}")/../e2e/lib.sh"
+need_fashion_mnist
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1
 tmp=$(mktemp -d)
 trap 'pkill -9 -f "$tmp/" 2>/dev/null; rm -rf "$tmp"' EXIT
-fails=0
-check() { if eval "$2"; then echo "ok: $1"; else echo "FAILED: $1"; fails=$((fails + 1)); fi; }
 mpirun() { timeout 120 "$mpiexec" --oversubscribe "$@"; }
 leftover() { pgrep -f "$tmp/" >/dev/null; }
 
@@ -127,5 +125,4 @@ for fault in kill hang; do
     check "$fault: no process left behind" "! leftover"
 done
 
-if [ $fails -ne 0 ]; then echo "train.sh: $fails checks failed"; exit 1; fi
-echo "train.sh: all checks passed"
+finish
