@@ -10,66 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "harness.h"
-
-/* ---- GPU tensors owned by the current test ---------------------------------------------------- */
-
-#define MAX_GPU_TENSORS 64
-static mr_tensor *g_gpu[MAX_GPU_TENSORS];
-static int g_ngpu;
-
-static void gpu_free_all(void) {
-    for (int i = 0; i < g_ngpu; i++) mr_tensor_free(g_gpu[i]);
-    g_ngpu = 0;
-    th_free_all();
-}
-
-/* Rounds x (n) in place to what dtype `dt` can hold. */
-static void round_to(double *x, int64_t n, mr_dtype dt) {
-    void *tmp = th_alloc((size_t)n * mr_dtype_size(dt));
-    for (int64_t i = 0; i < n; i++) mr_dtype_set(tmp, dt, i, x[i]);
-    for (int64_t i = 0; i < n; i++) x[i] = mr_dtype_get(tmp, dt, i);
-}
-
-/* A cuda:0 tensor of dtype dt and shape s holding h (f64, numel(s) values, rounded to dt). */
-static mr_tensor *to_gpu(const double *h, mr_dtype dt, mr_shape s) {
-    int64_t n = mr_shape_numel(&s);
-    mr_device d = {MR_DEVICE_CUDA, 0};
-    mr_tensor *t = NULL;
-    void *tmp = th_alloc((size_t)n * mr_dtype_size(dt));
-    for (int64_t i = 0; i < n; i++) mr_dtype_set(tmp, dt, i, h[i]);
-    MR_ASSERT_OK(mr_tensor_new(d, dt, &s, &t));
-    assert_true(g_ngpu < MAX_GPU_TENSORS);
-    g_gpu[g_ngpu++] = t;
-    MR_ASSERT_OK(mr_tensor_copy_from_host(t, tmp, (size_t)n * mr_dtype_size(dt)));
-    return t;
-}
-
-/* The tensor's values as f64 (a test-owned buffer). */
-static double *from_gpu(const mr_tensor *t) {
-    int64_t n = mr_tensor_numel(t);
-    mr_dtype dt = mr_tensor_dtype(t);
-    void *tmp = th_alloc(mr_tensor_nbytes(t));
-    double *out = th_alloc((size_t)n * sizeof(double));
-    MR_ASSERT_OK(mr_tensor_copy_to_host(t, tmp, mr_tensor_nbytes(t)));
-    for (int64_t i = 0; i < n; i++) out[i] = mr_dtype_get(tmp, dt, i);
-    return out;
-}
-
-/* An f64 view over a copy of h. */
-static mr_view f64_view(const double *h, mr_shape s) {
-    mr_view v = th_view(MR_F64, s);
-    memcpy(v.data, h, (size_t)mr_shape_numel(&s) * sizeof(double));
-    return v;
-}
-
-/* Uniform f64 values in [lo, hi) rounded to dt. */
-static double *rand_vals(int64_t n, double lo, double hi, uint64_t seed, mr_dtype dt) {
-    double *x = th_alloc((size_t)(n ? n : 1) * sizeof(double));
-    th_fill_uniform_f64(x, n, lo, hi, seed);
-    round_to(x, n, dt);
-    return x;
-}
+#include "gpu_util.h"
 
 /* n NaNs: outputs start as NaN so an element a kernel fails to write shows up. */
 static double *nan_vals(int64_t n) {
@@ -97,11 +38,11 @@ static void gemm_case(mr_dtype dt, int64_t batch, int64_t m, int64_t n, int64_t 
     mr_shape sb = tb ? (bb ? mr_shape_3d(batch, n, k) : mr_shape_2d(n, k)) : (bb ? mr_shape_3d(batch, k, n) : mr_shape_2d(k, n));
     mr_shape sc = bat ? mr_shape_3d(batch, m, n) : mr_shape_2d(m, n);
     int64_t na = mr_shape_numel(&sa), nb = mr_shape_numel(&sb), nc = mr_shape_numel(&sc);
-    double *ha = rand_vals(na, -1, 1, seed, dt), *hb = rand_vals(nb, -1, 1, seed + 1, dt);
-    double *hc = rand_vals(nc, -1, 1, seed + 2, dt);
+    double *ha = gpu_rand(na, -1, 1, seed, dt), *hb = gpu_rand(nb, -1, 1, seed + 1, dt);
+    double *hc = gpu_rand(nc, -1, 1, seed + 2, dt);
     if (c_nan)
         for (int64_t i = 0; i < nc; i++) hc[i] = NAN;
-    mr_tensor *ta_ = to_gpu(ha, dt, sa), *tb_ = to_gpu(hb, dt, sb), *tc = to_gpu(hc, dt, sc);
+    mr_tensor *ta_ = gpu_upload(ha, dt, sa), *tb_ = gpu_upload(hb, dt, sb), *tc = gpu_upload(hc, dt, sc);
     mr_op_args g, r;
     mr_op_args_init(&g, MR_OP_GEMM);
     g.p.gemm = (mr_gemm_params){ta, tb, alpha, beta};
@@ -109,9 +50,9 @@ static void gemm_case(mr_dtype dt, int64_t batch, int64_t m, int64_t n, int64_t 
     g.in[0] = mr_tensor_as_view(ta_);
     g.in[1] = mr_tensor_as_view(tb_);
     g.out[0] = mr_tensor_as_view(tc);
-    r.in[0] = f64_view(ha, sa);
-    r.in[1] = f64_view(hb, sb);
-    r.out[0] = f64_view(hc, sc);
+    r.in[0] = gpu_f64_view(ha, sa);
+    r.in[1] = gpu_f64_view(hb, sb);
+    r.out[0] = gpu_f64_view(hc, sc);
     MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
     MR_ASSERT_OK(mr_op_run_ref(&r));
     double atol, rtol, nmse;
@@ -120,7 +61,7 @@ static void gemm_case(mr_dtype dt, int64_t batch, int64_t m, int64_t n, int64_t 
     snprintf(what, sizeof what, "gpu gemm %s b%lld m%lld n%lld k%lld ta%d tb%d shared%d alpha%g beta%g nan%d",
              mr_dtype_name(dt), (long long)batch, (long long)m, (long long)n, (long long)k, ta, tb, shared_b, alpha,
              beta, c_nan);
-    assert_true(th_compare(what, from_gpu(tc), MR_F64, r.out[0].data, nc, atol, rtol, nmse));
+    assert_true(th_compare(what, gpu_download(tc), MR_F64, r.out[0].data, nc, atol, rtol, nmse));
     gpu_free_all();
 }
 
@@ -169,19 +110,19 @@ static void test_unary_fwd(void **state) {
             int64_t n = mr_shape_numel(&s);
             double lo, hi;
             unary_range(k_unary[o], &lo, &hi);
-            double *hx = rand_vals(n, lo, hi, 300 + o * 7 + (uint64_t)si, MR_F32);
-            mr_tensor *x = to_gpu(hx, MR_F32, s), *y = to_gpu(nan_vals(n), MR_F32, s);
+            double *hx = gpu_rand(n, lo, hi, 300 + o * 7 + (uint64_t)si, MR_F32);
+            mr_tensor *x = gpu_upload(hx, MR_F32, s), *y = gpu_upload(nan_vals(n), MR_F32, s);
             mr_op_args g, r;
             mr_op_args_init(&g, k_unary[o]);
             g.p.scale = -1.75;
             r = g;
             g.in[0] = mr_tensor_as_view(x);
             g.out[0] = mr_tensor_as_view(y);
-            r.in[0] = f64_view(hx, s);
+            r.in[0] = gpu_f64_view(hx, s);
             r.out[0] = th_view(MR_F64, s);
             MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
             MR_ASSERT_OK(mr_op_run_ref(&r));
-            assert_true(th_compare(mr_op_get(k_unary[o])->name, from_gpu(y), MR_F64, r.out[0].data, n, TOL_F32_ATOL,
+            assert_true(th_compare(mr_op_get(k_unary[o])->name, gpu_download(y), MR_F64, r.out[0].data, n, TOL_F32_ATOL,
                                    TOL_F32_RTOL, TOL_F32_NMSE));
             gpu_free_all();
         }
@@ -196,19 +137,19 @@ static void test_unary_bwd(void **state) {
         mr_op_id fwd = k_unary[o];
         double lo, hi;
         unary_range(fwd, &lo, &hi);
-        double *hx = rand_vals(n, lo, hi, 500 + o, MR_F32);
-        double *hdy = rand_vals(n, -1, 1, 600 + o, MR_F32);
+        double *hx = gpu_rand(n, lo, hi, 500 + o, MR_F32);
+        double *hdy = gpu_rand(n, -1, 1, 600 + o, MR_F32);
         /* y = f(x) from the reference, rounded to f32 as the GPU's forward would store it */
         mr_op_args f;
         mr_op_args_init(&f, fwd);
         f.p.scale = 0.625;
-        f.in[0] = f64_view(hx, s);
+        f.in[0] = gpu_f64_view(hx, s);
         f.out[0] = th_view(MR_F64, s);
         MR_ASSERT_OK(mr_op_run_ref(&f));
         double *hy = f.out[0].data;
-        round_to(hy, n, MR_F32);
-        mr_tensor *x = to_gpu(hx, MR_F32, s), *y = to_gpu(hy, MR_F32, s), *dy = to_gpu(hdy, MR_F32, s);
-        mr_tensor *dx = to_gpu(nan_vals(n), MR_F32, s);
+        gpu_round_to(hy, n, MR_F32);
+        mr_tensor *x = gpu_upload(hx, MR_F32, s), *y = gpu_upload(hy, MR_F32, s), *dy = gpu_upload(hdy, MR_F32, s);
+        mr_tensor *dx = gpu_upload(nan_vals(n), MR_F32, s);
         mr_op_args g, r;
         mr_op_args_init(&g, k_unary_bwd[o]);
         g.p.scale = 0.625;
@@ -217,13 +158,13 @@ static void test_unary_bwd(void **state) {
         g.in[1] = mr_tensor_as_view(y);
         g.in[2] = mr_tensor_as_view(dy);
         g.out[0] = mr_tensor_as_view(dx);
-        r.in[0] = f64_view(hx, s);
-        r.in[1] = f64_view(hy, s);
-        r.in[2] = f64_view(hdy, s);
+        r.in[0] = gpu_f64_view(hx, s);
+        r.in[1] = gpu_f64_view(hy, s);
+        r.in[2] = gpu_f64_view(hdy, s);
         r.out[0] = th_view(MR_F64, s);
         MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
         MR_ASSERT_OK(mr_op_run_ref(&r));
-        assert_true(th_compare(mr_op_get(k_unary_bwd[o])->name, from_gpu(dx), MR_F64, r.out[0].data, n, TOL_F32_ATOL,
+        assert_true(th_compare(mr_op_get(k_unary_bwd[o])->name, gpu_download(dx), MR_F64, r.out[0].data, n, TOL_F32_ATOL,
                                TOL_F32_RTOL, TOL_F32_NMSE));
         gpu_free_all();
     }
@@ -243,25 +184,25 @@ static void test_binary(void **state) {
             mr_shape sa = mr_shape_make(na_[c], da[c]), sb = mr_shape_make(nb_[c], db[c]), sy;
             MR_ASSERT_OK(mr_shape_broadcast(&sa, &sb, &sy));
             int64_t na = mr_shape_numel(&sa), nb = mr_shape_numel(&sb), ny = mr_shape_numel(&sy);
-            double *ha = rand_vals(na, -2, 2, 700 + (uint64_t)(o * 16) + c, MR_F32);
+            double *ha = gpu_rand(na, -2, 2, 700 + (uint64_t)(o * 16) + c, MR_F32);
             /* divisors kept away from zero */
-            double *hb = ops[o] == MR_OP_DIV ? rand_vals(nb, 0.5, 2, 800 + c, MR_F32) : rand_vals(nb, -2, 2, 800 + c, MR_F32);
-            mr_tensor *a = to_gpu(ha, MR_F32, sa), *b = to_gpu(hb, MR_F32, sb);
-            mr_tensor *y = to_gpu(nan_vals(ny), MR_F32, sy);
+            double *hb = ops[o] == MR_OP_DIV ? gpu_rand(nb, 0.5, 2, 800 + c, MR_F32) : gpu_rand(nb, -2, 2, 800 + c, MR_F32);
+            mr_tensor *a = gpu_upload(ha, MR_F32, sa), *b = gpu_upload(hb, MR_F32, sb);
+            mr_tensor *y = gpu_upload(nan_vals(ny), MR_F32, sy);
             mr_op_args g, r;
             mr_op_args_init(&g, ops[o]);
             r = g;
             g.in[0] = mr_tensor_as_view(a);
             g.in[1] = mr_tensor_as_view(b);
             g.out[0] = mr_tensor_as_view(y);
-            r.in[0] = f64_view(ha, sa);
-            r.in[1] = f64_view(hb, sb);
+            r.in[0] = gpu_f64_view(ha, sa);
+            r.in[1] = gpu_f64_view(hb, sb);
             r.out[0] = th_view(MR_F64, sy);
             MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
             MR_ASSERT_OK(mr_op_run_ref(&r));
             char what[64];
             snprintf(what, sizeof what, "%s case %zu", mr_op_get(ops[o])->name, c);
-            assert_true(th_compare(what, from_gpu(y), MR_F64, r.out[0].data, ny, TOL_F32_ATOL, TOL_F32_RTOL,
+            assert_true(th_compare(what, gpu_download(y), MR_F64, r.out[0].data, ny, TOL_F32_ATOL, TOL_F32_RTOL,
                                    TOL_F32_NMSE));
             gpu_free_all();
         }
@@ -289,17 +230,17 @@ static void test_cast(void **state) {
         for (int o = 0; o < 4; o++) {
             double *hx = th_alloc((size_t)n * sizeof(double));
             memcpy(hx, h, (size_t)n * sizeof(double));
-            round_to(hx, n, dts[i]);
+            gpu_round_to(hx, n, dts[i]);
             /* y starts at a value no input has, so an element the kernel skips is caught */
             double *fill = th_alloc((size_t)n * sizeof(double));
             for (int64_t k = 0; k < n; k++) fill[k] = -7.0;
-            mr_tensor *x = to_gpu(hx, dts[i], s), *y = to_gpu(fill, dts[o], s);
+            mr_tensor *x = gpu_upload(hx, dts[i], s), *y = gpu_upload(fill, dts[o], s);
             mr_op_args g;
             mr_op_args_init(&g, MR_OP_CAST);
             g.in[0] = mr_tensor_as_view(x);
             g.out[0] = mr_tensor_as_view(y);
             MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
-            double *got = from_gpu(y);
+            double *got = gpu_download(y);
             void *want = th_alloc((size_t)n * mr_dtype_size(dts[o]));
             for (int64_t k = 0; k < n; k++) mr_dtype_set(want, dts[o], k, hx[k]);
             int bad = 0;
@@ -323,9 +264,9 @@ static void test_cast(void **state) {
 static void sgd_case(double momentum, double dampening, double wd, int nesterov, int first_step, uint64_t seed) {
     const int64_t n = 1003;
     mr_shape s = mr_shape_1d(n);
-    double *hp = rand_vals(n, -1, 1, seed, MR_F32), *hg = rand_vals(n, -1, 1, seed + 1, MR_F32);
-    double *hb = rand_vals(n, -1, 1, seed + 2, MR_F32);
-    mr_tensor *p = to_gpu(hp, MR_F32, s), *gr = to_gpu(hg, MR_F32, s), *b = to_gpu(hb, MR_F32, s);
+    double *hp = gpu_rand(n, -1, 1, seed, MR_F32), *hg = gpu_rand(n, -1, 1, seed + 1, MR_F32);
+    double *hb = gpu_rand(n, -1, 1, seed + 2, MR_F32);
+    mr_tensor *p = gpu_upload(hp, MR_F32, s), *gr = gpu_upload(hg, MR_F32, s), *b = gpu_upload(hb, MR_F32, s);
     mr_op_args g, r;
     mr_op_args_init(&g, MR_OP_SGD_UPDATE);
     g.p.sgd = (mr_sgd_params){0.05, momentum, dampening, wd, nesterov, first_step};
@@ -333,16 +274,16 @@ static void sgd_case(double momentum, double dampening, double wd, int nesterov,
     g.in[0] = mr_tensor_as_view(p);
     g.in[1] = mr_tensor_as_view(gr);
     g.in[2] = mr_tensor_as_view(b); /* ignored when momentum == 0 */
-    r.in[0] = f64_view(hp, s);
-    r.in[1] = f64_view(hg, s);
-    r.in[2] = f64_view(hb, s);
+    r.in[0] = gpu_f64_view(hp, s);
+    r.in[1] = gpu_f64_view(hg, s);
+    r.in[2] = gpu_f64_view(hb, s);
     MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
     MR_ASSERT_OK(mr_op_run_ref(&r));
     char what[128];
     snprintf(what, sizeof what, "sgd param m%g d%g wd%g nest%d first%d", momentum, dampening, wd, nesterov, first_step);
-    assert_true(th_compare(what, from_gpu(p), MR_F64, r.in[0].data, n, TOL_F32_ATOL, TOL_F32_RTOL, TOL_F32_NMSE));
+    assert_true(th_compare(what, gpu_download(p), MR_F64, r.in[0].data, n, TOL_F32_ATOL, TOL_F32_RTOL, TOL_F32_NMSE));
     if (momentum != 0.0)
-        assert_true(th_compare("sgd momentum_buf", from_gpu(b), MR_F64, r.in[2].data, n, TOL_F32_ATOL, TOL_F32_RTOL,
+        assert_true(th_compare("sgd momentum_buf", gpu_download(b), MR_F64, r.in[2].data, n, TOL_F32_ATOL, TOL_F32_RTOL,
                                TOL_F32_NMSE));
     gpu_free_all();
 }
@@ -360,12 +301,12 @@ static void test_sgd(void **state) {
 static void adamw_case(int64_t step, double wd, uint64_t seed) {
     const int64_t n = 2049;
     mr_shape s = mr_shape_1d(n);
-    double *hp = rand_vals(n, -1, 1, seed, MR_F32), *hg = rand_vals(n, -1, 1, seed + 1, MR_F32);
-    double *hm = rand_vals(n, -0.1, 0.1, seed + 2, MR_F32), *hv = rand_vals(n, 0, 0.01, seed + 3, MR_F32);
+    double *hp = gpu_rand(n, -1, 1, seed, MR_F32), *hg = gpu_rand(n, -1, 1, seed + 1, MR_F32);
+    double *hm = gpu_rand(n, -0.1, 0.1, seed + 2, MR_F32), *hv = gpu_rand(n, 0, 0.01, seed + 3, MR_F32);
     if (step == 1)
         for (int64_t i = 0; i < n; i++) hm[i] = hv[i] = 0.0;
-    mr_tensor *p = to_gpu(hp, MR_F32, s), *gr = to_gpu(hg, MR_F32, s), *m = to_gpu(hm, MR_F32, s);
-    mr_tensor *v = to_gpu(hv, MR_F32, s);
+    mr_tensor *p = gpu_upload(hp, MR_F32, s), *gr = gpu_upload(hg, MR_F32, s), *m = gpu_upload(hm, MR_F32, s);
+    mr_tensor *v = gpu_upload(hv, MR_F32, s);
     mr_op_args g, r;
     mr_op_args_init(&g, MR_OP_ADAMW_UPDATE);
     g.p.adamw = (mr_adamw_params){1e-3, 0.9, 0.999, 1e-8, wd, step};
@@ -374,15 +315,15 @@ static void adamw_case(int64_t step, double wd, uint64_t seed) {
     g.in[1] = mr_tensor_as_view(gr);
     g.in[2] = mr_tensor_as_view(m);
     g.in[3] = mr_tensor_as_view(v);
-    r.in[0] = f64_view(hp, s);
-    r.in[1] = f64_view(hg, s);
-    r.in[2] = f64_view(hm, s);
-    r.in[3] = f64_view(hv, s);
+    r.in[0] = gpu_f64_view(hp, s);
+    r.in[1] = gpu_f64_view(hg, s);
+    r.in[2] = gpu_f64_view(hm, s);
+    r.in[3] = gpu_f64_view(hv, s);
     MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
     MR_ASSERT_OK(mr_op_run_ref(&r));
-    assert_true(th_compare("adamw param", from_gpu(p), MR_F64, r.in[0].data, n, TOL_F32_ATOL, TOL_F32_RTOL, TOL_F32_NMSE));
-    assert_true(th_compare("adamw exp_avg", from_gpu(m), MR_F64, r.in[2].data, n, TOL_F32_ATOL, TOL_F32_RTOL, TOL_F32_NMSE));
-    assert_true(th_compare("adamw exp_avg_sq", from_gpu(v), MR_F64, r.in[3].data, n, TOL_F32_ATOL, TOL_F32_RTOL,
+    assert_true(th_compare("adamw param", gpu_download(p), MR_F64, r.in[0].data, n, TOL_F32_ATOL, TOL_F32_RTOL, TOL_F32_NMSE));
+    assert_true(th_compare("adamw exp_avg", gpu_download(m), MR_F64, r.in[2].data, n, TOL_F32_ATOL, TOL_F32_RTOL, TOL_F32_NMSE));
+    assert_true(th_compare("adamw exp_avg_sq", gpu_download(v), MR_F64, r.in[3].data, n, TOL_F32_ATOL, TOL_F32_RTOL,
                            TOL_F32_NMSE));
     gpu_free_all();
 }
@@ -482,9 +423,9 @@ static void test_ops_on_stream(void **state) {
     MR_ASSERT_OK(be->stream_new(0, &s));
     const int64_t m = 65, n = 47, k = 129;
     mr_shape sa = mr_shape_2d(m, k), sb = mr_shape_2d(k, n), sc = mr_shape_2d(m, n);
-    double *ha = rand_vals(m * k, -1, 1, 1200, MR_F32), *hb = rand_vals(k * n, -1, 1, 1201, MR_F32);
-    mr_tensor *ta = to_gpu(ha, MR_F32, sa), *tb = to_gpu(hb, MR_F32, sb), *tc = to_gpu(nan_vals(m * n), MR_F32, sc);
-    mr_tensor *ty = to_gpu(nan_vals(m * n), MR_F32, sc);
+    double *ha = gpu_rand(m * k, -1, 1, 1200, MR_F32), *hb = gpu_rand(k * n, -1, 1, 1201, MR_F32);
+    mr_tensor *ta = gpu_upload(ha, MR_F32, sa), *tb = gpu_upload(hb, MR_F32, sb), *tc = gpu_upload(nan_vals(m * n), MR_F32, sc);
+    mr_tensor *ty = gpu_upload(nan_vals(m * n), MR_F32, sc);
     mr_op_args g, r;
     mr_op_args_init(&g, MR_OP_GEMM);
     g.p.gemm = (mr_gemm_params){0, 0, 1.0, 0.0};
@@ -501,13 +442,13 @@ static void test_ops_on_stream(void **state) {
     u.out[0] = mr_tensor_as_view(ty);
     MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &u));
     MR_ASSERT_OK(be->stream_sync(s));
-    r.in[0] = f64_view(ha, sa);
-    r.in[1] = f64_view(hb, sb);
+    r.in[0] = gpu_f64_view(ha, sa);
+    r.in[1] = gpu_f64_view(hb, sb);
     r.out[0] = th_view(MR_F64, sc);
     MR_ASSERT_OK(mr_op_run_ref(&r));
     double *ref = r.out[0].data;
     for (int64_t i = 0; i < m * n; i++) ref[i] = ref[i] > 0 ? ref[i] : 0.0;
-    assert_true(th_compare("gemm+relu on a stream", from_gpu(ty), MR_F64, ref, m * n, TOL_F32_REDUCE_ATOL,
+    assert_true(th_compare("gemm+relu on a stream", gpu_download(ty), MR_F64, ref, m * n, TOL_F32_REDUCE_ATOL,
                            TOL_F32_REDUCE_RTOL, TOL_F32_REDUCE_NMSE));
     gpu_free_all();
     be->stream_free(s);
@@ -517,8 +458,8 @@ static void test_ops_on_stream(void **state) {
 static void test_errors(void **state) {
     (void)state;
     mr_shape s = mr_shape_1d(16);
-    double *h = rand_vals(16, -1, 1, 1300, MR_F32);
-    mr_tensor *x = to_gpu(h, MR_F32, s), *y = to_gpu(h, MR_I32, s);
+    double *h = gpu_rand(16, -1, 1, 1300, MR_F32);
+    mr_tensor *x = gpu_upload(h, MR_F32, s), *y = gpu_upload(h, MR_I32, s);
     mr_op_args g;
     mr_op_args_init(&g, MR_OP_CAST);
     g.in[0] = mr_tensor_as_view(x);
@@ -529,11 +470,7 @@ static void test_errors(void **state) {
 }
 
 int main(void) {
-    if (mr_cuda_device_count() == 0) {
-        const mr_backend *be = NULL;
-        if (mr_backend_get(MR_DEVICE_CUDA, &be) != MR_OK) printf("SKIPPED: %s\n", mr_last_error());
-        return 77;
-    }
+    if (gpu_none()) return 77;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backend_copy),  cmocka_unit_test(test_backend_streams),
         cmocka_unit_test(test_ops_on_stream), cmocka_unit_test(test_gemm),
