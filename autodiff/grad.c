@@ -77,20 +77,47 @@ static void bwd_node(grad_ctx *c, mr_op_id op, const mr_val *in, int n_in, const
 
 /* ---- rules: nd is the forward node, dy the gradient of its output 0 ---------------------------- */
 
-/* C = alpha * op(A) op(B), A (...,M,K) or (...,K,M), B (K,N) / (N,K) or batched like A.
+/* C = epi(alpha * op(A) op(B) + bias), A (...,M,K) or (...,K,M), B (K,N) / (N,K) or batched
+ * like A, bias (N) optional, epi the identity or GELU. With GELU the gradient first goes through
+ * it, dpre = GELU_BWD(pre, dC), pre being the node's saved output 1; the bias then gets dpre
+ * summed over every leading row, and A and B get the GEMMs below with dC := dpre.
  * Per batch: dA = alpha * dC op(B)^T (transposed back when trans_a), dB = alpha * op(A)^T dC
  * (transposed back when trans_b). A 2-d B shared by a batched A gets the sum over the batch: with
- * A not transposed that is one 2-d GEMM over A and dC with the batch folded into the rows. */
+ * A not transposed that is one 2-d GEMM over A and dC with the batch folded into the rows.
+ * The gradient GEMMs inherit the forward node's allow_tf32. */
 static void rule_gemm(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
     mr_graph *g = c->g;
     const mr_gemm_params *p = &nd->p.gemm;
-    int32_t a = nd->in[0], b = nd->in[1];
+    int32_t a = nd->in[0], b = nd->in[1], bias = nd->in[2];
     int ta = p->trans_a, tb = p->trans_b;
     double al = p->alpha;
     if (p->beta != 0.0) {
         mr_graph_fail(g, MR_ERR_INVALID, "mr_graph_grad: gemm with beta %g has no gradient rule", p->beta);
         return;
     }
+    if (p->epilogue == MR_GEMM_EPI_GELU) {
+        int32_t pre = nd->out[1];
+        if (pre == 0) {
+            mr_graph_fail(g, MR_ERR_INVALID,
+                          "mr_graph_grad: a gemm with the GELU epilogue needs its pre-activation (output 1) for "
+                          "the gradient; build it with mr_graph_linear, which keeps it");
+            return;
+        }
+        mr_val in[3] = {V(pre), MR_VAL_NONE, dy}, dpre;
+        int want = 1;
+        bwd_node(c, MR_OP_GELU_BWD, in, 3, NULL, &pre, &want, 1, &dpre);
+        dy = dpre;
+    }
+    if (is_active(c, bias)) {
+        /* dbias = dC summed over all leading dims, kept dims reshaped away by fit() */
+        mr_shape sy = mr_graph_shape(g, dy);
+        uint32_t axes = 0;
+        for (int i = 0; i < sy.ndim - 1; i++) axes |= 1u << i;
+        acc(c, bias, fit(c, bias, axes ? mr_graph_sum(g, dy, axes) : dy));
+    }
+    if (!is_active(c, a) && !is_active(c, b)) return;
+    int saved_tf32 = g->allow_tf32;
+    g->allow_tf32 = p->allow_tf32;
     mr_val A = V(a), B = V(b);
     mr_shape sa = vshape(c, a), sb = vshape(c, b);
     int shared = sb.ndim == 2 && sa.ndim > 2;
@@ -135,6 +162,7 @@ static void rule_gemm(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
         }
         acc(c, b, fit(c, b, db));
     }
+    g->allow_tf32 = saved_tf32;
 }
 
 /* ADD SUB MUL DIV: one *_BWD node with only the needed input gradients (broadcast dims summed). */

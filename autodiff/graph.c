@@ -245,6 +245,23 @@ static mr_val node1(mr_graph *g, mr_op_id op, const mr_val *in, int n_in, const 
     return out;
 }
 
+void mr_graph_set_allow_tf32(mr_graph *g, int on) { g->allow_tf32 = on != 0; }
+
+/* One GEMM node: in[0..3) = {A, B, bias or none}; out 0 of dtype dt and shape sc, and with
+ * GELU the pre-activation (same dtype and shape) as out 1, which the backward reads. Returns
+ * out 0. */
+static mr_val gemm_node(mr_graph *g, const mr_val *in, int trans_a, int trans_b, double alpha, int epilogue,
+                        mr_dtype dt, mr_shape sc) {
+    mr_op_params p;
+    memset(&p, 0, sizeof p);
+    p.gemm = (mr_gemm_params){trans_a, trans_b, alpha, 0.0, epilogue, g->allow_tf32};
+    int d[2] = {(int)dt, epilogue == MR_GEMM_EPI_GELU ? (int)dt : -1};
+    mr_shape os[2] = {sc, sc};
+    mr_val out[2] = {MR_VAL_NONE, MR_VAL_NONE};
+    mr_graph_node(g, MR_OP_GEMM, in, 3, &p, d, os, 2, out);
+    return out[0];
+}
+
 mr_val mr_graph_matmul(mr_graph *g, mr_val a, mr_val b, int trans_a, int trans_b, double alpha) {
     if (!ok_val(g, a, "matmul", "A") || !ok_val(g, b, "matmul", "B")) return MR_VAL_NONE;
     mr_shape sa = g->vals[a.id].shape, sb = g->vals[b.id].shape, sc;
@@ -257,14 +274,35 @@ mr_val mr_graph_matmul(mr_graph *g, mr_val a, mr_val b, int trans_a, int trans_b
     sc = sa;
     sc.dim[sa.ndim - 2] = trans_a ? sa.dim[sa.ndim - 1] : sa.dim[sa.ndim - 2];
     sc.dim[sa.ndim - 1] = trans_b ? sb.dim[sb.ndim - 2] : sb.dim[sb.ndim - 1];
-    mr_op_params p;
-    memset(&p, 0, sizeof p);
-    p.gemm = (mr_gemm_params){trans_a, trans_b, alpha, 0.0};
-    mr_val in[2] = {a, b};
+    mr_val in[3] = {a, b, MR_VAL_NONE};
     /* half inputs accumulate and write f32 (mixed precision) */
     mr_dtype dt = g->vals[a.id].dtype;
     if (dt == MR_BF16 || dt == MR_F16) dt = MR_F32;
-    return node1(g, MR_OP_GEMM, in, 2, &p, dt, sc);
+    return gemm_node(g, in, trans_a, trans_b, alpha, MR_GEMM_EPI_NONE, dt, sc);
+}
+
+mr_val mr_graph_linear(mr_graph *g, mr_val x, mr_val w, mr_val bias, int gelu) {
+    if (!ok_val(g, x, "linear", "x") || !ok_val(g, w, "linear", "w")) return MR_VAL_NONE;
+    if (bias.id != 0 && !ok_val(g, bias, "linear", "bias")) return MR_VAL_NONE;
+    mr_shape sx = g->vals[x.id].shape, sw = g->vals[w.id].shape;
+    if (sx.ndim < 1 || sw.ndim != 2) {
+        char b1[128], b2[128];
+        mr_graph_fail(g, MR_ERR_INVALID, "graph: linear: x %s must be (...,K) and w %s (N,K)",
+                      mr_shape_str(&sx, b1, 128), mr_shape_str(&sw, b2, 128));
+        return MR_VAL_NONE;
+    }
+    /* x (...,K) as rows (R,K) (a view): one 2-d GEMM, its result viewed back as (...,N) */
+    int64_t k = sx.dim[sx.ndim - 1], rows = 1;
+    for (int i = 0; i < sx.ndim - 1; i++) rows *= sx.dim[i];
+    mr_val x2 = sx.ndim == 2 ? x : mr_graph_reshape(g, x, mr_shape_2d(rows, k));
+    mr_shape sy = sx;
+    sy.dim[sy.ndim - 1] = sw.dim[0];
+    mr_val in[3] = {x2, w, bias};
+    mr_dtype dt = g->vals[x.id].dtype;
+    if (dt == MR_BF16 || dt == MR_F16) dt = MR_F32;
+    mr_val y = gemm_node(g, in, 0, 1, 1.0, gelu ? MR_GEMM_EPI_GELU : MR_GEMM_EPI_NONE, dt,
+                         mr_shape_2d(rows, sw.dim[0]));
+    return sx.ndim == 2 ? y : mr_graph_reshape(g, y, sy);
 }
 
 static mr_val binary(mr_graph *g, mr_op_id op, const char *name, mr_val a, mr_val b) {

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include "core/device.h"
 #include "core/ops.h"
 
 #ifdef __cplusplus
@@ -87,6 +88,16 @@ mr_status mr_graph_node(mr_graph *g, mr_op_id op, const mr_val *in, int n_in, co
 /* C = alpha * op(A) op(B); A (...,M,K) or transposed, B (K,N) or (...,K,N). C is f32 when A and B
  * are bf16 or f16 (mixed precision: half inputs, f32 accumulation and output). */
 mr_val mr_graph_matmul(mr_graph *g, mr_val a, mr_val b, int trans_a, int trans_b, double alpha);
+/* A fused linear layer, y = x w^T + bias, or gelu(x w^T + bias) (tanh form) when `gelu`, as ONE
+ * GEMM node with the bias and GELU in its epilogue (cuBLASLt's BIAS / GELU_AUX_BIAS on a GPU):
+ * x (...,K) is flattened to rows, w is (N,K), bias (N) or MR_VAL_NONE; y is (...,N). With GELU
+ * the pre-activation is the node's second output, saved for the backward. Dtypes as for
+ * mr_graph_matmul: half x and w give an f32 y, and the bias has y's dtype (f32 then). */
+mr_val mr_graph_linear(mr_graph *g, mr_val x, mr_val w, mr_val bias, int gelu);
+/* Lets the GEMM nodes built after this call (matmul, linear, and the gradient GEMMs
+ * mr_graph_grad appends for them) run f32 on TF32 tensor cores on a GPU (~1e-3 relative error,
+ * like torch.backends.cuda.matmul.allow_tf32). Default off; nodes built earlier keep theirs. */
+void mr_graph_set_allow_tf32(mr_graph *g, int on);
 mr_val mr_graph_add(mr_graph *g, mr_val a, mr_val b); /* numpy broadcasting */
 mr_val mr_graph_sub(mr_graph *g, mr_val a, mr_val b);
 mr_val mr_graph_mul(mr_graph *g, mr_val a, mr_val b);
@@ -135,6 +146,13 @@ mr_status mr_graph_grad(mr_graph *g, mr_val loss, const mr_val *params, int n, m
  * a run (the loss, the gradients): their bytes are never reused within a run. MR_ERR_INVALID if
  * the graph has a build error. */
 mr_status mr_plan_new(const mr_graph *g, mr_device_kind kind, const mr_val *keep, int n_keep, mr_plan **out) MR_WUR;
+/* The same on a given device and stream: the arena is device dev's memory, every kernel runs on
+ * dev's backend with args.device = dev.index and args.stream = stream (borrowed; NULL: the device's
+ * default stream), and bound pointers must be dev's memory. Runs are asynchronous on the stream for
+ * a GPU (mr_plan_data's values are ready after a stream_sync). mr_plan_new(kind) is
+ * mr_plan_new_on({kind, 0}, NULL). */
+mr_status mr_plan_new_on(const mr_graph *g, mr_device dev, mr_stream *stream, const mr_val *keep, int n_keep,
+                         mr_plan **out) MR_WUR;
 void mr_plan_free(mr_plan *p); /* NULL is a no-op */
 /* Points an input or param at caller memory of its dtype and shape (borrowed until rebound or the
  * plan is freed). A kept node output may be bound too: its kernels then write straight into the
@@ -162,6 +180,15 @@ int32_t mr_plan_ready_after(const mr_plan *p, const void *data, size_t bytes);
  * which recomputes the same mask) draws from Philox blocks offset by step * 2^32 from those it
  * was built with. Step 0 gives the built masks. */
 void mr_plan_set_dropout_step(mr_plan *p, uint64_t step);
+/* Non-zero when the plan has dropout nodes (their arguments change every step). */
+int mr_plan_has_dropout(const mr_plan *p);
+/* CUDA plans on a stream: with on, a full run (mr_plan_run, or mr_plan_run_range over every
+ * kernel) is captured into a CUDA graph the first time and replayed after that; rebinding anything
+ * recaptures at the next full run. Partial ranges and profiling run kernel by kernel. Errors:
+ * MR_ERR_UNSUPPORTED for a CPU plan or a plan with dropout (its per-step masks would be frozen). */
+mr_status mr_plan_set_graphs(mr_plan *p, int on) MR_WUR;
+/* How many runs were captured (1 in a steady training loop; more means rebinding). */
+int64_t mr_plan_captures(const mr_plan *p);
 /* Times every kernel of later runs, summed per op (on a GPU each kernel is synchronised, which
  * slows the run: for finding where time goes, not for production). Turning it on clears the
  * counts. mr_plan_profile_report prints ms, calls and share per op, slowest first. */

@@ -36,6 +36,7 @@ struct mr_graph {
     int32_t nparams, capparams;
     mr_status err;
     char errmsg[512];
+    int allow_tf32; /* copied into the params of later GEMM nodes (mr_graph_set_allow_tf32) */
 };
 
 /* The value record for v (v must be valid). */

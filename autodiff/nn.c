@@ -180,27 +180,39 @@ static int64_t last_dim(const mr_graph *g, mr_val x) {
     return s.ndim ? s.dim[s.ndim - 1] : 1;
 }
 
-mr_val mr_nn_linear_init(mr_nn *nn, const char *name, mr_val x, int64_t out, int bias, mr_init_kind winit,
-                         double warg, mr_init_kind binit, double barg) {
+/* y = gelu?(x W^T + b) as one fused GEMM node (bias and GELU in its epilogue). */
+static mr_val linear(mr_nn *nn, const char *name, mr_val x, int64_t out, int bias, int gelu, mr_init_kind winit,
+                     double warg, mr_init_kind binit, double barg) {
     if (nn->g->err != MR_OK) return MR_VAL_NONE;
     int64_t in = last_dim(nn->g, x);
     char pn[MR_NAME_MAX];
     snprintf(pn, sizeof pn, "%s.weight", name);
-    mr_val w = mr_nn_param(nn, pn, mr_shape_2d(out, in), winit, warg);
-    mr_val y;
+    mr_val w = mr_nn_param(nn, pn, mr_shape_2d(out, in), winit, warg); /* weight before bias: PyTorch's order */
+    mr_val b = MR_VAL_NONE;
+    if (bias) {
+        snprintf(pn, sizeof pn, "%s.bias", name);
+        b = mr_nn_param(nn, pn, mr_shape_1d(out), binit, barg);
+    }
+    mr_val xi = x, wi = w;
     if ((nn->compute == MR_BF16 || nn->compute == MR_F16) && nn->dtype == MR_F32) {
         /* mixed precision: low-precision copies of the input and of the f32 master weight into a
-         * GEMM that accumulates and writes f32; the gradients flow back through the casts (the
-         * GEMM's dy is cast to the low type too, so an f16 backward can overflow: loss scaling) */
-        y = mr_graph_matmul(nn->g, mr_graph_cast(nn->g, x, nn->compute), mr_graph_cast(nn->g, w, nn->compute), 0, 1,
-                            1.0);
-    } else {
-        y = mr_graph_matmul(nn->g, x, w, 0, 1, 1.0);
+         * GEMM that accumulates and writes f32 (the f32 bias is added in its epilogue); the
+         * gradients flow back through the casts (the GEMM's dy is cast to the low type too, so an
+         * f16 backward can overflow: loss scaling) */
+        xi = mr_graph_cast(nn->g, x, nn->compute);
+        wi = mr_graph_cast(nn->g, w, nn->compute);
     }
-    if (!bias) return y;
-    snprintf(pn, sizeof pn, "%s.bias", name);
-    mr_val b = mr_nn_param(nn, pn, mr_shape_1d(out), binit, barg);
-    return mr_graph_add(nn->g, y, b);
+    return mr_graph_linear(nn->g, xi, wi, b, gelu);
+}
+
+mr_val mr_nn_linear_init(mr_nn *nn, const char *name, mr_val x, int64_t out, int bias, mr_init_kind winit,
+                         double warg, mr_init_kind binit, double barg) {
+    return linear(nn, name, x, out, bias, 0, winit, warg, binit, barg);
+}
+
+mr_val mr_nn_linear_gelu_init(mr_nn *nn, const char *name, mr_val x, int64_t out, mr_init_kind winit, double warg,
+                              mr_init_kind binit, double barg) {
+    return linear(nn, name, x, out, 1, 1, winit, warg, binit, barg);
 }
 
 mr_val mr_nn_linear(mr_nn *nn, const char *name, mr_val x, int64_t out, int bias) {

@@ -80,6 +80,9 @@ mr_val mr_nn_linear(mr_nn *nn, const char *name, mr_val x, int64_t out, int bias
  * zeros). */
 mr_val mr_nn_linear_init(mr_nn *nn, const char *name, mr_val x, int64_t out, int bias, mr_init_kind winit,
                          double warg, mr_init_kind binit, double barg);
+/* gelu(x W^T + b), with bias and GELU fused into the GEMM's epilogue (GPT-2's mlp.c_fc). */
+mr_val mr_nn_linear_gelu_init(mr_nn *nn, const char *name, mr_val x, int64_t out, mr_init_kind winit, double warg,
+                              mr_init_kind binit, double barg);
 /* NCHW conv, weight [out, in, k, k], bias [out]. */
 mr_val mr_nn_conv2d(mr_nn *nn, const char *name, mr_val x, int64_t out, int k, int stride, int pad);
 /* LayerNorm over the last dim: weight (ones) and bias (zeros) [D], eps 1e-5. */

@@ -12,6 +12,7 @@
  * bound inputs/params when a binding changed, then calls the kernels in order: no allocation, no
  * checks, no shape arithmetic per step. */
 #include "autodiff/graph_impl.h"
+#include "core/vec.h"
 #include "core/backend_impl.h"
 
 #include <stdio.h>
@@ -41,7 +42,12 @@ typedef struct patch {
 
 struct mr_plan {
     mr_device_kind kind;
+    mr_device dev;          /* where the arena lives and the kernels run */
+    mr_stream *stream;      /* borrowed; NULL: the device's default stream */
     const mr_backend *be;
+    int graphs;             /* replay full runs from a captured CUDA graph (mr_plan_set_graphs) */
+    mr_capture *capture;    /* the captured run; NULL until the first full run after a rebinding */
+    int64_t captures;       /* how many times a run was captured */
     int32_t nvals, nnodes;
     vinfo *vi;
     void **bound;       /* per value: bound external pointer (inputs, params) */
@@ -84,7 +90,8 @@ static int cmp_block(const void *a, const void *b) {
 
 void mr_plan_free(mr_plan *p) {
     if (!p) return;
-    if (p->be && p->arena) p->be->free(0, p->arena);
+    mr_capture_free(p->capture);
+    if (p->be && p->arena) p->be->free(p->dev.index, p->arena);
     free(p->vi);
     free(p->bound);
     free(p->args);
@@ -96,7 +103,14 @@ void mr_plan_free(mr_plan *p) {
 }
 
 mr_status mr_plan_new(const mr_graph *g, mr_device_kind kind, const mr_val *keep, int n_keep, mr_plan **out) {
+    mr_device d = {kind, 0};
+    return mr_plan_new_on(g, d, NULL, keep, n_keep, out);
+}
+
+mr_status mr_plan_new_on(const mr_graph *g, mr_device dev, mr_stream *stream, const mr_val *keep, int n_keep,
+                         mr_plan **out) {
     mr_status st = MR_OK;
+    const mr_device_kind kind = dev.kind;
     mr_plan *p = NULL;
     block *live = NULL;
     *out = NULL;
@@ -105,6 +119,8 @@ mr_status mr_plan_new(const mr_graph *g, mr_device_kind kind, const mr_val *keep
     p = calloc(1, sizeof *p);
     MR_CHECK(p, MR_ERR_NOMEM, "plan: out of memory");
     p->kind = kind;
+    p->dev = dev;
+    p->stream = stream;
     MR_TRY(mr_backend_get(kind, &p->be));
     p->nvals = g->nvals;
     p->nnodes = g->nnodes;
@@ -199,12 +215,14 @@ mr_status mr_plan_new(const mr_graph *g, mr_device_kind kind, const mr_val *keep
         size_t ws = mr_op_workspace_bytes(a);
         if (align_up(ws) > p->scratch_bytes) p->scratch_bytes = align_up(ws);
     }
-    MR_TRY(p->be->alloc(0, p->arena_bytes + p->scratch_bytes, (void **)&p->arena));
+    MR_TRY(p->be->alloc(dev.index, p->arena_bytes + p->scratch_bytes, (void **)&p->arena));
     /* constants are copied in once */
     for (int32_t v = 1; v < g->nvals; v++)
         if (g->vals[v].kind == MR_VAL_CONST && p->vi[v].bytes)
-            MR_TRY(p->be->copy(0, p->arena + p->vi[v].offset, g->vals[v].cdata, p->vi[v].bytes,
-                               kind == MR_DEVICE_CPU ? MR_COPY_H2H : MR_COPY_H2D, NULL));
+            MR_TRY(p->be->copy(dev.index, p->arena + p->vi[v].offset, g->vals[v].cdata, p->vi[v].bytes,
+                               kind == MR_DEVICE_CPU ? MR_COPY_H2H : MR_COPY_H2D, stream));
+    /* the graph's constant data is host memory the caller may free: wait for the copies */
+    if (kind != MR_DEVICE_CPU) MR_TRY(p->be->stream_sync(stream));
     /* arena pointers now; external ones at each rebinding */
     int32_t npatch = 0;
     for (int32_t n = 0; n < g->nnodes; n++)
@@ -217,6 +235,8 @@ mr_status mr_plan_new(const mr_graph *g, mr_device_kind kind, const mr_val *keep
     MR_CHECK(p->patches, MR_ERR_NOMEM, "plan: out of memory");
     for (int32_t n = 0; n < g->nnodes; n++) {
         mr_op_args *a = &p->args[n];
+        a->device = dev.index;
+        a->stream = stream;
         if (p->scratch_bytes) {
             a->workspace = p->arena + p->arena_bytes;
             a->workspace_bytes = p->scratch_bytes;
@@ -275,6 +295,26 @@ mr_status mr_plan_run_range(mr_plan *p, int32_t first, int32_t last) {
             (q->is_out ? p->args[q->node].out : p->args[q->node].in)[q->slot].data = d ? (char *)d + q->off : NULL;
         }
         p->dirty = 0;
+        /* the captured run holds the old pointers */
+        mr_capture_free(p->capture);
+        p->capture = NULL;
+    }
+    if (p->graphs && !p->profile && first == 0 && last == p->nnodes) {
+        if (!p->capture) {
+            mr_status st = mr_capture_begin(p->dev, p->stream);
+            if (st != MR_OK) return st;
+            for (int32_t n = 0; n < p->nnodes && st == MR_OK; n++) st = p->fns[n](&p->args[n]);
+            mr_capture *c = NULL;
+            mr_status st2 = mr_capture_end(p->dev, p->stream, &c);
+            if (st == MR_OK) st = st2;
+            if (st != MR_OK) {
+                mr_capture_free(c);
+                return st;
+            }
+            p->capture = c;
+            p->captures++;
+        }
+        return mr_capture_launch(p->capture, p->stream);
     }
     if (!p->profile) {
         for (int32_t n = first; n < last; n++) {
@@ -288,7 +328,7 @@ mr_status mr_plan_run_range(mr_plan *p, int32_t first, int32_t last) {
         clock_gettime(CLOCK_MONOTONIC, &t0);
         mr_status st = p->fns[n](&p->args[n]);
         if (st != MR_OK) return st;
-        if (p->kind != MR_DEVICE_CPU) p->be->stream_sync(NULL); /* time the kernel, not its launch */
+        if (p->kind != MR_DEVICE_CPU) (void)p->be->stream_sync(p->stream); /* time the kernel, not its launch */
         clock_gettime(CLOCK_MONOTONIC, &t1);
         mr_op_id op = p->args[n].op;
         p->op_seconds[op] += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
@@ -302,6 +342,26 @@ void mr_plan_set_dropout_step(mr_plan *p, uint64_t step) {
         if (p->args[n].op == MR_OP_DROPOUT || p->args[n].op == MR_OP_DROPOUT_BWD)
             p->args[n].p.dropout.offset = p->drop_base[n] + (step << 32);
 }
+
+int mr_plan_has_dropout(const mr_plan *p) {
+    for (int32_t n = 0; n < p->nnodes; n++)
+        if (p->args[n].op == MR_OP_DROPOUT || p->args[n].op == MR_OP_DROPOUT_BWD) return 1;
+    return 0;
+}
+
+mr_status mr_plan_set_graphs(mr_plan *p, int on) {
+    if (on && p->kind != MR_DEVICE_CUDA)
+        return mr_set_error(MR_ERR_UNSUPPORTED, "plan: CUDA graphs need a plan on a CUDA device");
+    if (on && mr_plan_has_dropout(p))
+        return mr_set_error(MR_ERR_UNSUPPORTED, "plan: a plan with dropout cannot be replayed from a CUDA graph "
+                                                "(its masks change every step)");
+    p->graphs = on;
+    mr_capture_free(p->capture);
+    p->capture = NULL;
+    return MR_OK;
+}
+
+int64_t mr_plan_captures(const mr_plan *p) { return p->captures; }
 
 void mr_plan_set_profile(mr_plan *p, int on) {
     p->profile = on;

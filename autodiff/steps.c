@@ -1,5 +1,6 @@
 /* The compiled-step cache (see steps.h). */
 #include "autodiff/steps.h"
+#include "autodiff/graph_impl.h"
 #include "core/log.h"
 
 #include <stdlib.h>
@@ -11,6 +12,13 @@ struct mr_steps {
     mr_params *ps;
     mr_device_kind kind;
     mr_dtype compute;
+    /* mr_steps_set_device: plans on dev/stream, parameters and gradients in caller buffers laid
+     * out as the registry's, the loss scale read from d_loss_scale */
+    int allow_tf32;
+    int on_device;
+    mr_device dev;
+    mr_stream *stream;
+    float *d_params, *d_grads, *d_loss_scale;
     mr_step **steps;
     int n, cap, compilations;
 };
@@ -47,6 +55,56 @@ int mr_steps_compilations(const mr_steps *s) { return s->compilations; }
 
 void mr_steps_set_compute(mr_steps *s, mr_dtype compute) { s->compute = compute; }
 
+void mr_steps_set_allow_tf32(mr_steps *s, int on) { s->allow_tf32 = on; }
+
+mr_status mr_steps_set_device(mr_steps *s, mr_device dev, mr_stream *stream, float *d_params, float *d_grads,
+                              float *d_loss_scale) {
+    if (s->n > 0) return mr_set_error(MR_ERR_INVALID, "steps: the device must be set before the first compilation");
+    if (!d_params || !d_grads || !d_loss_scale)
+        return mr_set_error(MR_ERR_INVALID, "steps: device parameter, gradient and loss-scale buffers are required");
+    s->on_device = 1;
+    s->dev = dev;
+    s->kind = dev.kind;
+    s->stream = stream;
+    s->d_params = d_params;
+    s->d_grads = d_grads;
+    s->d_loss_scale = d_loss_scale;
+    return MR_OK;
+}
+
+mr_status mr_steps_register(mr_steps *s, int64_t batch) {
+    mr_status st = MR_OK;
+    mr_step_io io;
+    mr_nn nn;
+    memset(&nn, 0, sizeof nn);
+    memset(&io, 0, sizeof io);
+    MR_TRY(mr_graph_new(&nn.g));
+    nn.ps = s->ps;
+    nn.dtype = MR_F32;
+    nn.compute = s->compute;
+    nn.training = 1;
+    MR_TRY(s->build(s->ctx, &nn, batch, &io));
+    MR_TRY(mr_graph_status(nn.g));
+    if (!mr_params_allocated(s->ps)) MR_TRY(mr_params_alloc(s->ps));
+fail:
+    mr_graph_free(nn.g);
+    return st;
+}
+
+/* Non-zero when gradient value v is computed by the step's kernels: a node output, or a view of
+ * one covering all its bytes (a bias gradient reduced with kept dims and reshaped), which binding
+ * redirects to the viewed node. Constants (zero gradients) and views of inputs are not. */
+static int computed(const mr_graph *g, mr_val v) {
+    int32_t id = v.id;
+    while (g->vals[id].kind == MR_VAL_VIEW) {
+        if (g->vals[id].view_off != 0) return 0;
+        id = g->vals[id].base;
+    }
+    return g->vals[id].kind == MR_VAL_NODE &&
+           mr_shape_numel(&g->vals[id].shape) * (int64_t)mr_dtype_size(g->vals[id].dtype) ==
+               mr_shape_numel(&g->vals[v.id].shape) * (int64_t)mr_dtype_size(g->vals[v.id].dtype);
+}
+
 /* Builds, differentiates, plans and binds one step. */
 static mr_status compile(mr_steps *s, int64_t batch, int train, mr_step **out) {
     mr_status st = MR_OK;
@@ -57,6 +115,7 @@ static mr_status compile(mr_steps *s, int64_t batch, int train, mr_step **out) {
     step->train = train;
     step->loss_scale = 1.0f;
     MR_TRY(mr_graph_new(&step->g));
+    mr_graph_set_allow_tf32(step->g, s->allow_tf32);
     mr_nn nn;
     memset(&nn, 0, sizeof nn);
     nn.g = step->g;
@@ -88,22 +147,32 @@ static mr_status compile(mr_steps *s, int64_t batch, int train, mr_step **out) {
             int shared = gv[i].id == step->io.loss.id || gv[i].id == step->io.out.id;
             for (int32_t j = 0; j < i && !shared; j++) shared = gv[j].id == gv[i].id;
             if (shared && mr_graph_kind(step->g, gv[i]) != MR_VAL_CONST) gv[i] = mr_graph_scale(step->g, gv[i], 1.0);
+            /* a gradient that is a partial view of another value cannot be bound: copy it */
+            if (!shared && mr_graph_kind(step->g, gv[i]) == MR_VAL_VIEW && !computed(step->g, gv[i]))
+                gv[i] = mr_graph_scale(step->g, gv[i], 1.0);
         }
         MR_TRY(mr_graph_status(step->g));
         /* the gradients are bound below, so they are kept (never overwritten within a run) */
         for (int32_t i = 0; i < np; i++) keep[nkeep++] = gv[i];
     }
-    MR_TRY(mr_plan_new(step->g, s->kind, keep, nkeep, &step->plan));
-    if (train) MR_TRY(mr_plan_bind(step->plan, step->io.loss_scale, &step->loss_scale));
+    if (s->on_device) {
+        MR_TRY(mr_plan_new_on(step->g, s->dev, s->stream, keep, nkeep, &step->plan));
+        if (train) MR_TRY(mr_plan_bind(step->plan, step->io.loss_scale, s->d_loss_scale));
+    } else {
+        MR_TRY(mr_plan_new(step->g, s->kind, keep, nkeep, &step->plan));
+        if (train) MR_TRY(mr_plan_bind(step->plan, step->io.loss_scale, &step->loss_scale));
+    }
     if (!mr_params_allocated(s->ps)) MR_TRY(mr_params_alloc(s->ps));
     for (int32_t i = 0; i < np; i++) {
         int32_t k = mr_params_find(s->ps, mr_graph_name(step->g, pv[i]));
         MR_CHECK(k >= 0, MR_ERR_INTERNAL, "steps: parameter '%s' is not in the registry", mr_graph_name(step->g, pv[i]));
-        MR_TRY(mr_plan_bind(step->plan, pv[i], mr_params_data(s->ps, k)));
+        int64_t off = mr_params_offset(s->ps, k);
+        MR_TRY(mr_plan_bind(step->plan, pv[i], s->on_device ? (void *)(s->d_params + off) : mr_params_data(s->ps, k)));
         /* a zero-filled gradient (the loss does not depend on the parameter) is a constant: the
-         * registry's buffer already holds zeros for it */
-        if (train && mr_graph_kind(step->g, gv[i]) == MR_VAL_NODE)
-            MR_TRY(mr_plan_bind(step->plan, gv[i], mr_params_grad(s->ps, k)));
+         * registry's buffer already holds zeros for it (the device buffer is zeroed by its owner) */
+        if (train && computed(step->g, gv[i]))
+            MR_TRY(mr_plan_bind(step->plan, gv[i],
+                                s->on_device ? (void *)(s->d_grads + off) : (void *)mr_params_grad(s->ps, k)));
     }
     s->compilations++;
     mr_log_info("compiled %s step for batch %lld (compilation %d): %d kernels, %.1f MiB of activations",

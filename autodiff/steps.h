@@ -59,6 +59,24 @@ mr_status mr_steps_get(mr_steps *s, int64_t batch, int train, mr_step **step) MR
  * softmax, norms and the loss stay f32. */
 void mr_steps_set_compute(mr_steps *s, mr_dtype compute);
 
+/* Registers the model's parameters (built for `batch`, training mode) and allocates the registry,
+ * without compiling a step: how a caller learns the parameter layout before it allocates device
+ * buffers for mr_steps_set_device. */
+mr_status mr_steps_register(mr_steps *s, int64_t batch) MR_WUR;
+
+/* Compiles later steps for device dev (before the first compilation): plans on dev and `stream`
+ * (borrowed), every parameter bound to d_params + its registry offset and every gradient to
+ * d_grads + offset (dev's memory, mr_params_buffer_numel floats each, owned by the caller, which
+ * copies values in and out: the registry's host buffers are then the caller's shadow copy), and
+ * the loss scale read from the device float d_loss_scale (mr_step.loss_scale is then unused).
+ * Works with the CPU as dev too (separate host buffers), which is how the device path is tested
+ * without a GPU. MR_ERR_INVALID after a compilation or with a NULL buffer. */
+mr_status mr_steps_set_device(mr_steps *s, mr_device dev, mr_stream *stream, float *d_params, float *d_grads,
+                              float *d_loss_scale) MR_WUR;
+
+/* Later compilations let f32 GEMMs use TF32 on a GPU (mr_graph_set_allow_tf32). */
+void mr_steps_set_allow_tf32(mr_steps *s, int on);
+
 /* How many steps were compiled so far (each new batch size or mode adds one). */
 int mr_steps_compilations(const mr_steps *s);
 

@@ -116,7 +116,7 @@ static double bench_gemm(int64_t m, int64_t n, int64_t k, int tb, int builtin, i
     float *A = rand_buf(m * k, 1), *B = rand_buf(k * n, 2), *C = rand_buf(m * n, 3);
     mr_op_args a;
     mr_op_args_init(&a, MR_OP_GEMM);
-    a.p.gemm = (mr_gemm_params){0, tb, 1.0, 0.0};
+    a.p.gemm = (mr_gemm_params){0, tb, 1.0, 0.0, 0, 0};
     a.in[0] = (mr_view){A, MR_F32, mr_shape_2d(m, k)};
     a.in[1] = (mr_view){B, MR_F32, tb ? mr_shape_2d(n, k) : mr_shape_2d(k, n)};
     a.out[0] = (mr_view){C, MR_F32, mr_shape_2d(m, n)};
@@ -151,7 +151,7 @@ static double bench_gemm_bf16(int64_t m, int64_t n, int64_t k, int tb, int reps,
     for (int64_t i = 0; i < k * n; i++) B[i] = mr_f32_to_bf16(mr_u32_to_unit_f32(mr_philox_u32(2, 0, (uint64_t)i)) - 0.5f);
     mr_op_args a;
     mr_op_args_init(&a, MR_OP_GEMM);
-    a.p.gemm = (mr_gemm_params){0, tb, 1.0, 0.0};
+    a.p.gemm = (mr_gemm_params){0, tb, 1.0, 0.0, 0, 0};
     a.in[0] = (mr_view){A, MR_BF16, mr_shape_2d(m, k)};
     a.in[1] = (mr_view){B, MR_BF16, tb ? mr_shape_2d(n, k) : mr_shape_2d(k, n)};
     a.out[0] = (mr_view){C, MR_F32, mr_shape_2d(m, n)};

@@ -31,6 +31,8 @@ int mr_cuda_device_count(void) {
     return g_cuda_count;
 }
 
+const char *mr_cuda_unusable_reason(void) { return mr_cuda_device_count() > 0 ? "" : g_cuda_why; }
+
 mr_status mr_backend_get(mr_device_kind kind, const mr_backend **out) {
     *out = NULL;
     if (kind == MR_DEVICE_CPU) {
@@ -97,4 +99,56 @@ mr_status mr_device_parse(const char *s, mr_device *out) {
         return mr_set_error(MR_ERR_INVALID, "bad device '%s': the CPU is device cpu:0", s);
     *out = d;
     return MR_OK;
+}
+
+/* ---- memory counters ------------------------------------------------------------------------- */
+
+/* MR_OK when d names a usable device. */
+static mr_status check_device(mr_device d) {
+    char buf[32];
+    if (d.kind == MR_DEVICE_CPU && d.index == 0) return MR_OK;
+    if (d.kind == MR_DEVICE_CUDA && d.index >= 0 && d.index < mr_cuda_device_count()) return MR_OK;
+    if (d.kind == MR_DEVICE_CUDA && mr_cuda_device_count() <= 0)
+        return mr_set_error(MR_ERR_NOT_FOUND, "no usable CUDA device: %s", g_cuda_why);
+    return mr_set_error(MR_ERR_NOT_FOUND, "no device %s (%d GPUs usable)", mr_device_str(d, buf, (int)sizeof buf),
+                        mr_cuda_device_count());
+}
+
+mr_status mr_device_memory_stats(mr_device d, mr_memory_stats *out) {
+    memset(out, 0, sizeof *out);
+    mr_status st = check_device(d);
+    if (st != MR_OK) return st;
+    if (d.kind == MR_DEVICE_CPU) {
+        mr_cpu_memory_stats(out);
+        return MR_OK;
+    }
+#ifdef MIRROR_HAVE_CUDA
+    return mr_cuda_memory_stats(d.index, out);
+#else
+    return mr_set_error(MR_ERR_INTERNAL, "unreachable: a CUDA device in a build without CUDA");
+#endif
+}
+
+mr_status mr_device_memory_reset_peak(mr_device d) {
+    mr_status st = check_device(d);
+    if (st != MR_OK) return st;
+    if (d.kind == MR_DEVICE_CPU) {
+        mr_cpu_memory_reset_peak();
+        return MR_OK;
+    }
+#ifdef MIRROR_HAVE_CUDA
+    return mr_cuda_memory_reset_peak(d.index);
+#else
+    return mr_set_error(MR_ERR_INTERNAL, "unreachable: a CUDA device in a build without CUDA");
+#endif
+}
+
+mr_status mr_device_memory_release_cached(mr_device d) {
+    mr_status st = check_device(d);
+    if (st != MR_OK || d.kind == MR_DEVICE_CPU) return st;
+#ifdef MIRROR_HAVE_CUDA
+    return mr_cuda_memory_release_cached(d.index);
+#else
+    return mr_set_error(MR_ERR_INTERNAL, "unreachable: a CUDA device in a build without CUDA");
+#endif
 }

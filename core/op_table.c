@@ -18,7 +18,7 @@
 
 static const mr_op_info g_ops[MR_OP_COUNT] = {
     [MR_OP_NONE] = {MR_OP_NONE, "none", 0, 0, MR_OP_NONE, NULL, NULL, NULL, {NULL, NULL}},
-    OP(MR_OP_GEMM, "gemm", 2, 1, MR_OP_NONE, gemm_fwd, mr_gemm_fwd_workspace, CUDA_FN(mr_gemm_fwd_cuda)),
+    OP(MR_OP_GEMM, "gemm", 3, 2, MR_OP_NONE, gemm_fwd, mr_gemm_fwd_workspace, CUDA_FN(mr_gemm_fwd_cuda)),
     OP(MR_OP_ADD, "add", 2, 1, MR_OP_NONE, binary_fwd, NULL, CUDA_FN(mr_binary_fwd_cuda)),
     OP(MR_OP_SUB, "sub", 2, 1, MR_OP_NONE, binary_fwd, NULL, CUDA_FN(mr_binary_fwd_cuda)),
     OP(MR_OP_MUL, "mul", 2, 1, MR_OP_NONE, binary_fwd, NULL, CUDA_FN(mr_binary_fwd_cuda)),
@@ -58,7 +58,8 @@ static const mr_op_info g_ops[MR_OP_COUNT] = {
     OP(MR_OP_LAYERNORM, "layernorm", 3, 3, MR_OP_NONE, layernorm_fwd, NULL, CUDA_FN(mr_layernorm_fwd_cuda)),
     OP(MR_OP_LAYERNORM_BWD, "layernorm_bwd", 5, 3, MR_OP_LAYERNORM, layernorm_bwd, NULL, CUDA_FN(mr_layernorm_bwd_cuda)),
     OP(MR_OP_EMBEDDING, "embedding", 2, 1, MR_OP_NONE, embedding_fwd, NULL, CUDA_FN(mr_embedding_fwd_cuda)),
-    OP(MR_OP_EMBEDDING_BWD, "embedding_bwd", 2, 1, MR_OP_EMBEDDING, embedding_bwd, NULL, CUDA_FN(mr_embedding_bwd_cuda)),
+    OP(MR_OP_EMBEDDING_BWD, "embedding_bwd", 2, 1, MR_OP_EMBEDDING, embedding_bwd, mr_embedding_bwd_workspace,
+       CUDA_FN(mr_embedding_bwd_cuda)),
     OP(MR_OP_CONV2D, "conv2d", 3, 1, MR_OP_NONE, conv2d_fwd, mr_conv2d_fwd_workspace, CUDA_FN(mr_conv2d_fwd_cuda)),
     OP(MR_OP_CONV2D_BWD_DATA, "conv2d_bwd_data", 2, 1, MR_OP_CONV2D, conv2d_bwd_data,
        mr_conv2d_bwd_data_workspace, CUDA_FN(mr_conv2d_bwd_data_cuda)),

@@ -28,10 +28,18 @@ extern "C" {
 
 typedef enum mr_op_id {
     MR_OP_NONE = 0,
-    /* in: A (batch?,M,K) or (batch?,K,M) if trans_a, B (batch?,K,N) or (batch?,N,K) if trans_b;
-     * out: C (batch?,M,N) := alpha*op(A)*op(B) + beta*C (C is read when beta != 0).
+    /* in: A (batch?,M,K) or (batch?,K,M) if trans_a, B (batch?,K,N) or (batch?,N,K) if trans_b,
+     * bias (N) optional; out: C (batch?,M,N), pre (batch?,M,N) optional.
+     * pre := alpha*op(A)*op(B) + beta*C + bias (C is read when beta != 0; the bias, when present,
+     * is broadcast over every row of every batch), then C := pre, or with p.gemm.epilogue ==
+     * MR_GEMM_EPI_GELU C := gelu(pre) (the tanh form of MR_OP_GELU) and pre, when given, receives
+     * the pre-activation (what the backward needs: cuBLASLt's GELU_AUX_BIAS epilogue).
+     * The bias and pre have C's dtype (so f32 in mixed precision: half A and B, f32 C); pre is
+     * only allowed with GELU, and GELU only with beta == 0 (a fused linear never accumulates).
      * A and B may have a leading batch dim (batch = product of leading dims); a 2-d B is shared
-     * by every batch of A. Gradients are GEMMs too, so there is no GEMM_BWD. */
+     * by every batch of A. p.gemm.allow_tf32 lets the CUDA kernel run f32 on TF32 tensor cores
+     * (like torch.backends.cuda.matmul.allow_tf32; ~1e-3 relative error); the CPU ignores it.
+     * Gradients are GEMMs, GELU_BWD and a SUM, so there is no GEMM_BWD. */
     MR_OP_GEMM,
     /* Binary elementwise with numpy broadcasting. in: a, b; out: y (the broadcast shape). */
     MR_OP_ADD, MR_OP_SUB, MR_OP_MUL, MR_OP_DIV,
@@ -108,9 +116,14 @@ typedef enum mr_op_id {
     MR_OP_COUNT
 } mr_op_id;
 
+/* GEMM epilogues (p.gemm.epilogue): what is applied to alpha*op(A)op(B) + beta*C + bias. */
+enum { MR_GEMM_EPI_NONE = 0, MR_GEMM_EPI_GELU = 1 };
+
 typedef struct mr_gemm_params {
     int trans_a, trans_b;
     double alpha, beta;
+    int epilogue;   /* MR_GEMM_EPI_NONE or MR_GEMM_EPI_GELU */
+    int allow_tf32; /* CUDA, f32 only: TF32 tensor cores allowed (default 0: full f32) */
 } mr_gemm_params;
 
 typedef struct mr_reduce_params {

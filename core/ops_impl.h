@@ -44,7 +44,9 @@ MR_DECLARE_KERNELS(sgd_update)         /* optim_{ref,cpu}.c */
 MR_DECLARE_KERNELS(adamw_update)
 
 /* SOFTMAX_XENT(_BWD): rejects a label outside [0, C) that is not ignore_index, before any output
- * is written (softmax_ref.c; the CPU kernels use it too). */
+ * is written (softmax_ref.c; the CPU kernels use it too). The CUDA kernels cannot (the labels are
+ * in device memory; reading them on the host would sync): there such a row gets a NaN loss and a
+ * NaN gradient row, which the trainer's finite check catches (core/cuda/softmax.cu). */
 mr_status mr_xent_check_labels(const mr_op_args *a, const int32_t *labels, int64_t n, int64_t c);
 
 /* Columns row `row` of a softmax sees: all of them, or with p.softmax.causal (x (..., T, S))
@@ -56,6 +58,9 @@ size_t mr_gemm_fwd_workspace(const mr_op_args *a); /* f16 inputs widened on the 
 size_t mr_conv2d_fwd_workspace(const mr_op_args *a);
 size_t mr_conv2d_bwd_data_workspace(const mr_op_args *a);
 size_t mr_conv2d_bwd_filter_workspace(const mr_op_args *a);
+/* Scratch bytes for EMBEDDING_BWD in f32: the CUDA kernel's per-row buckets of token positions
+ * (i32 row starts, fill cursors and positions); 0 for f64; the CPU kernel leaves it unused. */
+size_t mr_embedding_bwd_workspace(const mr_op_args *a);
 
 /* ---- helpers shared by the kernels (core/op_util.c) ---- */
 

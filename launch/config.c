@@ -79,6 +79,7 @@ const field mr_cfg_fields[] = {
     FN("precision.loss_scale.growth_factor", precision.loss_scale.growth_factor, 1, BIG, F_LO_EXCL),
     FN("precision.loss_scale.backoff_factor", precision.loss_scale.backoff_factor, 0, 1, F_LO_EXCL | F_HI_EXCL),
     FN("precision.loss_scale.min", precision.loss_scale.min, 0, BIG, F_LO_EXCL),
+    FB("precision.allow_tf32", precision.allow_tf32),
     FI("train.steps", train.steps, 1), FI("train.batch", train.batch, 1), FI("train.eval_every", train.eval_every, 0),
     FI("train.log_every", train.log_every, 1), FI("train.accumulate", train.accumulate, 1),
     FS("checkpoint.dir", checkpoint.dir, F_NONEMPTY), FI("checkpoint.every", checkpoint.every, 0),
@@ -90,6 +91,7 @@ const field mr_cfg_fields[] = {
     FN("distribute.timeout_s", distribute.timeout_s, 0, BIG, F_LO_EXCL),
     FB("distribute.shard_optimizer", distribute.shard_optimizer),
     FB("distribute.rank_logs", distribute.rank_logs),
+    FB("distribute.cuda_graphs", distribute.cuda_graphs),
     FE("sweep.method", sweep.method, METHODS), FI("sweep.trials", sweep.trials, 1), FI("sweep.seed", sweep.seed, 0),
     FS("sweep.metric", sweep.metric, F_NONEMPTY), FE("sweep.goal", sweep.goal, GOALS),
     {"sweep.params", K_PARAMS, OFF(sweep), 0, 0, 0, 0, NULL},
@@ -668,6 +670,7 @@ mr_experiment mr_experiment_default(void) {
     e.schedule.gamma = 0.1;
     e.precision.policy = MR_PREC_F32;
     e.precision.loss_scale.initial = 32768;
+    e.distribute.cuda_graphs = 1;
     e.precision.loss_scale.growth_interval = 2000;
     e.precision.loss_scale.growth_factor = 2;
     e.precision.loss_scale.backoff_factor = 0.5;

@@ -80,6 +80,7 @@ typedef struct mr_experiment {
     struct {
         mr_precision_policy policy;
         struct { double initial, growth_factor, backoff_factor, min; int64_t growth_interval; } loss_scale;
+        int allow_tf32; /* f32 GEMMs on a GPU may use TF32 tensor cores */
     } precision;
     struct { int64_t steps, batch /* global */, eval_every /* 0 = never */, log_every, accumulate; } train;
     struct {
@@ -95,6 +96,7 @@ typedef struct mr_experiment {
         double bucket_mb, timeout_s;
         int shard_optimizer;
         int rank_logs; /* every rank but 0 writes its output to <checkpoint.dir>/rank-N.log */
+        int cuda_graphs; /* GPU replicas replay their step from a captured CUDA graph */
     } distribute;
     struct {
         mr_sweep_method method; /* NONE: no sweep */

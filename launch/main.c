@@ -1,4 +1,4 @@
-/* The `mirror` command line: train, eval, inspect, sweep, version, help. Library code reports through mr_status;
+/* The `mirror` command line: train, eval, inspect, sweep, doctor, version, help. Library code reports through mr_status;
  * this file alone decides exit codes (0 success, 1 a run-time failure, 2 a usage or configuration
  * error) and prints "mirror: error: ..." with a HINT line. */
 #include <errno.h>
@@ -26,6 +26,9 @@ static const char *g_usage =
     "  sweep CONFIG [--set key=value ...]   run every trial of CONFIG's sweep: section, one after another,\n"
     "                                       each in <checkpoint.dir>/trial-NNN; writes results.csv sorted by\n"
     "                                       the sweep metric; finished trials are skipped when run again\n"
+    "  doctor                               check this machine and build: versions of mirror, MPI, HDF5,\n"
+    "                                       CUDA, cuBLAS, cuDNN, NCCL; the CPU and GPUs; a GEMM on each\n"
+    "                                       device against the f64 reference (exit 1 if one fails)\n"
     "  version                              print mirror's version\n"
     "  help [COMMAND]                       this text, or a command's\n"
     "\n"
@@ -67,6 +70,19 @@ static const char *g_sweep_help =
     "<checkpoint.dir>/results.csv sorted by sweep.metric (eval_accuracy, eval_loss, eval_perplexity\n"
     "or loss) in the direction of sweep.goal.\n";
 
+static const char *g_doctor_help =
+    "usage: mirror doctor\n"
+    "\n"
+    "Prints mirror's version and build, the CPU (model, cores, AVX-512/AMX features) and the CPU GEMM\n"
+    "provider, the Open MPI and HDF5 libraries loaded, and in a CUDA build the driver, runtime,\n"
+    "cuBLAS, cuDNN and NCCL versions and every GPU (name, compute capability, memory); without a\n"
+    "usable GPU one line says why. Then runs a 256x256x256 f32 GEMM on the CPU and on each GPU and\n"
+    "compares it with the f64 reference (max abs/rel error, PASS or FAIL).\n"
+    "Exit status: 0 when every check passes, 1 otherwise.\n";
+
+/* `mirror doctor` (launch/doctor.c). */
+int mirror_doctor(int argc, char **argv);
+
 /* The job's MPI communicator when mpirun/srun started several ranks (or backend: mpi); NULL for a
  * single process. Lives until exit; on a failure the CLI aborts it so that no rank hangs. */
 static mr_comm *g_job;
@@ -104,6 +120,12 @@ static mr_status load(int argc, char **argv, int first, mr_experiment *e) {
     mr_experiment_defer_file_checks(0);
     return mr_experiment_check(e, argv[first - 1]);
 }
+
+/* Returns an error with a message when `cond` is false (functions without a cleanup label). */
+#define MR_CHECK_RET(cond, code, ...)                                                           \
+    do {                                                                                        \
+        if (!(cond)) return mr_set_error((code), __VA_ARGS__);                                  \
+    } while (0)
 
 /* The trainer's view of an experiment; MR_ERR_UNSUPPORTED for what the trainer cannot do yet. */
 static mr_status to_train_cfg(const mr_experiment *e, const char *run_dir, mr_train_cfg *c) {
@@ -143,18 +165,39 @@ static mr_status to_train_cfg(const mr_experiment *e, const char *run_dir, mr_tr
     c->shard_optimizer = e->distribute.shard_optimizer;
     c->rank_logs = e->distribute.rank_logs;
     c->replicas = 1;
-    int ncpu = 0;
+    c->allow_tf32 = e->precision.allow_tf32;
+    c->cuda_graphs = e->distribute.cuda_graphs;
+    c->gpus[0] = -1; /* auto: the MPI rank's local index */
+    int ncpu = 0, ngpu = 0;
     for (int i = 0; i < e->distribute.n_devices; i++) {
-        if (strncmp(e->distribute.devices[i], "cpu", 3) != 0)
-            return mr_set_error(MR_ERR_UNSUPPORTED, "distribute.devices: '%s': this build trains on CPU replicas "
-                                                    "(cpu:0, cpu:1, ...) so far; HINT: use cpu:N devices or devices: auto",
-                                e->distribute.devices[i]);
-        ncpu++;
+        const char *d = e->distribute.devices[i];
+        if (!strcmp(d, "cuda")) { /* one GPU per rank, picked by the rank's local index */
+            MR_CHECK_RET(e->distribute.n_devices == 1, MR_ERR_INVALID,
+                         "distribute.devices: 'cuda' (a GPU per MPI rank) cannot be listed with other devices; "
+                         "HINT: [cuda] or [cuda:0, cuda:1, ...]");
+            ngpu = 1;
+            continue;
+        }
+        mr_device dev;
+        if (mr_device_parse(d, &dev) != MR_OK)
+            return mr_set_error(MR_ERR_INVALID, "distribute.devices: '%s' is not a device; HINT: cpu:N, cuda:N, or cuda "
+                                                "(a GPU per MPI rank)", d);
+        if (dev.kind == MR_DEVICE_CUDA) {
+            MR_CHECK_RET(ngpu < (int)(sizeof c->gpus / sizeof *c->gpus), MR_ERR_INVALID,
+                         "distribute.devices: at most %d GPUs per process", (int)(sizeof c->gpus / sizeof *c->gpus));
+            c->gpus[ngpu++] = dev.index;
+        } else {
+            ncpu++;
+        }
     }
-    if (e->distribute.backend == MR_BACKEND_NCCL)
-        return mr_set_error(MR_ERR_UNSUPPORTED, "distribute.backend: nccl needs the GPU trainer, which is not built yet; "
-                                                "HINT: backend: auto, mpi or local");
+    MR_CHECK_RET(!(ncpu && ngpu), MR_ERR_INVALID,
+                 "distribute.devices: CPU and GPU replicas cannot be mixed; HINT: list only cpu:N or only cuda:N devices");
+    if (ngpu) c->device_kind = MR_DEVICE_CUDA;
+    if (e->distribute.backend == MR_BACKEND_NCCL && !ngpu)
+        return mr_set_error(MR_ERR_INVALID, "distribute.backend: nccl needs GPU replicas; HINT: devices: [cuda] (one "
+                                            "GPU per MPI rank) or [cuda:0, cuda:1, ...], or backend: auto");
     if (ncpu > 1) c->replicas = ncpu; /* several CPU replicas in this process: the local backend */
+    if (ngpu > 1) c->replicas = ngpu; /* several GPUs in this process: a thread each, NCCL between them */
     c->ckpt_dir = run_dir;
     c->ckpt_every = e->checkpoint.every;
     c->ckpt_keep = e->checkpoint.keep;
@@ -564,6 +607,7 @@ int main(int argc, char **argv) {
         else if (argc >= 3 && !strcmp(argv[2], "sweep")) fputs(g_sweep_help, stdout);
         else if (argc >= 3 && !strcmp(argv[2], "eval")) fputs(g_eval_help, stdout);
         else if (argc >= 3 && !strcmp(argv[2], "inspect")) fputs(g_inspect_help, stdout);
+        else if (argc >= 3 && !strcmp(argv[2], "doctor")) fputs(g_doctor_help, stdout);
         else fputs(g_usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_USAGE : 0;
     }
@@ -575,6 +619,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "sweep")) return cmd_sweep(argc, argv);
     if (!strcmp(argv[1], "eval")) return cmd_eval(argc, argv);
     if (!strcmp(argv[1], "inspect")) return cmd_inspect(argc, argv);
+    if (!strcmp(argv[1], "doctor")) return mirror_doctor(argc, argv);
     fprintf(stderr, "mirror: error: unknown command '%s'\nHINT: mirror --help lists the commands\n", argv[1]);
     return EXIT_USAGE;
 }

@@ -1,6 +1,7 @@
 /* The training loop (see trainer.h): pipelines, compiled steps, loss scaling, the optimizer,
  * evaluation, metrics and checkpoints (their contents: trainer_ckpt.c). */
 #include "launch/trainer_impl.h"
+#include "core/vec.h"
 #include "checkpoint/ckpt.h"
 #include "core/log.h"
 #include "core/math/philox_math.h"
@@ -33,6 +34,8 @@ mr_train_cfg mr_train_cfg_default(void) {
     c.seed = 1;
     c.token_bytes = 2;
     c.shuffle = 10000;
+    c.gpus[0] = -1; /* a GPU replica under MPI: the rank's local index */
+    c.cuda_graphs = 1;
     return c;
 }
 
@@ -137,7 +140,8 @@ typedef struct eval_out {
 
 /* Mean loss over every evaluation element (partial last batch included: its own compiled step),
  * accuracy for classifiers, perplexity for language models. */
-static mr_status evaluate(const mr_train_cfg *c, mr_steps *steps, int64_t batch, mr_comm *comm, eval_out *out) {
+static mr_status evaluate(const mr_train_cfg *c, mr_steps *steps, tr_device *dv, int64_t batch, mr_comm *comm,
+                         eval_out *out) {
     mr_status st = MR_OK;
     pipeline p;
     int64_t numel = 0, seen = 0, correct = 0;
@@ -151,16 +155,18 @@ static mr_status evaluate(const mr_train_cfg *c, mr_steps *steps, int64_t batch,
         int64_t b = e.shape[0].dim[0];
         mr_step *s = NULL;
         MR_TRY(mr_steps_get(steps, b, 0, &s));
-        MR_TRY(mr_plan_bind(s->plan, s->io.x, e.data[0]));
-        MR_TRY(mr_plan_bind(s->plan, s->io.y, e.data[1]));
+        MR_TRY(tr_dev_feed(dv, s, e.data[0], e.data[1]));
         MR_TRY(mr_plan_run(s->plan));
-        loss_sum += (double)*(const float *)mr_plan_data(s->plan, s->io.loss) * (double)b;
+        const void *h = NULL;
+        MR_TRY(tr_dev_read(dv, s, s->io.loss, sizeof(float), &h));
+        loss_sum += (double)*(const float *)h * (double)b;
         seen += b;
         if (c->model.type != MR_MODEL_GPT) {
-            const float *logits = mr_plan_data(s->plan, s->io.out);
             const int32_t *labels = e.data[1];
             mr_shape ls = mr_graph_shape(s->g, s->io.out);
             int64_t k = ls.dim[1];
+            MR_TRY(tr_dev_read(dv, s, s->io.out, (size_t)(b * k) * sizeof(float), &h));
+            const float *logits = h;
             for (int64_t i = 0; i < b; i++) {
                 int64_t arg = 0;
                 for (int64_t j = 1; j < k; j++)
@@ -218,8 +224,8 @@ static void put_utf8(char *out, size_t cap, int32_t cp) {
 /* Samples cfg->sample_chars characters from the trained language model: the window starts as the
  * first evaluation (or training) window, each step runs the forward on the last `context` tokens
  * and draws the next from softmax(logits / 0.8) with Philox (seed-determined). */
-static mr_status generate(const mr_train_cfg *c, mr_steps *steps, const int32_t *vocab, int64_t nvocab,
-                          mr_train_result *res) {
+static mr_status generate(const mr_train_cfg *c, mr_steps *steps, tr_device *dv, const int32_t *vocab,
+                          int64_t nvocab, mr_train_result *res) {
     mr_status st = MR_OK;
     pipeline p;
     int64_t unused = 0;
@@ -238,12 +244,13 @@ static mr_status generate(const mr_train_cfg *c, mr_steps *steps, const int32_t 
     memcpy(win, e.data[0], (size_t)T * sizeof *win);
     mr_step *s = NULL;
     MR_TRY(mr_steps_get(steps, 1, 0, &s));
-    MR_TRY(mr_plan_bind(s->plan, s->io.x, win));
-    MR_TRY(mr_plan_bind(s->plan, s->io.y, y));
     res->sample[0] = '\0';
     for (int64_t k = 0; k < c->sample_chars; k++) {
+        MR_TRY(tr_dev_feed(dv, s, win, y)); /* the window moved: bind (host) or copy (device) it again */
         MR_TRY(mr_plan_run(s->plan));
-        const float *logits = (const float *)mr_plan_data(s->plan, s->io.out) + (T - 1) * nvocab;
+        const void *h = NULL;
+        MR_TRY(tr_dev_read(dv, s, s->io.out, (size_t)(T * nvocab) * sizeof(float), &h));
+        const float *logits = (const float *)h + (T - 1) * nvocab;
         double m = -INFINITY, sum = 0;
         for (int64_t v = 0; v < nvocab; v++) m = logits[v] > m ? logits[v] : m;
         for (int64_t v = 0; v < nvocab; v++) sum += prob[v] = exp((logits[v] - m) / 0.8);
@@ -307,6 +314,7 @@ static volatile sig_atomic_t g_stop_signal;
 void mr_train_request_stop(int signo) { g_stop_signal = signo > 0 ? signo : SIGTERM; }
 
 static void trainer_free(trainer *t) {
+    tr_dev_free(t);
     free(t->zbuf);
     free(t->zshard);
     pipeline_free(&t->train);
@@ -360,12 +368,22 @@ static mr_status trainer_init(trainer *t, const mr_train_cfg *cfg, int with_opti
     MR_TRY(mr_params_new(&t->ps));
     MR_TRY(mr_steps_new(mr_model_step_build, &t->c.model, t->ps, MR_DEVICE_CPU, &t->steps));
     mr_steps_set_compute(t->steps, c->compute);
+    mr_steps_set_allow_tf32(t->steps, c->allow_tf32);
+    const int device = c->device_kind == MR_DEVICE_CUDA || c->device_path;
+    if (device) {
+        /* the device buffers follow the registry's layout: register before the first compilation */
+        MR_TRY(mr_steps_register(t->steps, micro));
+        t->n = mr_params_buffer_numel(t->ps);
+        if (with_optim && c->shard_optimizer && t->world > 1) MR_TRY(tr_zero_init(t));
+        MR_TRY(tr_dev_init(t, with_optim));
+    }
     mr_step *s = NULL;
     MR_TRY(mr_steps_get(t->steps, micro, 1, &s)); /* registers and allocates the parameters */
     MR_TRY(mr_params_init(t->ps, c->seed));
     t->n = mr_params_buffer_numel(t->ps);
-    if (with_optim && c->shard_optimizer && t->world > 1) MR_TRY(tr_zero_init(t));
+    if (!device && with_optim && c->shard_optimizer && t->world > 1) MR_TRY(tr_zero_init(t));
     if (with_optim) MR_TRY(mr_optim_new(&c->optim, t->zero ? t->zlen : t->n, &t->opt));
+    MR_TRY(tr_dev_push(t)); /* the same initial weights as on the host, whatever the device */
     t->scaling = c->loss_scaling > 0 || (c->loss_scaling == 0 && c->compute == MR_F16);
     t->scaler = c->loss_scaler.scale > 0 ? c->loss_scaler : mr_loss_scaler_default();
     t->scaler.good_steps = t->scaler.skipped = 0;
@@ -429,6 +447,7 @@ static mr_status pick_resume(const mr_train_cfg *c, char *path, size_t cap, int 
 static mr_status save_checkpoint(trainer *t, mr_train_result *res) {
     char path[4096];
     mr_status st = MR_OK;
+    MR_TRY(tr_dev_pull(t)); /* the device's state into the host shadow the file is written from */
     if (t->rank == 0) MR_TRY(mr_mkdirs(t->c.ckpt_dir));
     mr_ckpt_path(t->c.ckpt_dir, t->step, path, sizeof path);
     double t0 = now_s();
@@ -522,23 +541,40 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
         MR_TRY(tr_load_params(tr.ps, c->init_from, 1, &unused));
         if (!c->quiet) mr_log_info("parameters initialised from %s", c->init_from);
     }
-    float *params = mr_params_buffer(tr.ps), *grads = mr_params_grad_buffer(tr.ps);
     if (comm) MR_TRY(tr_replicas_start(&tr));
+    tr_device *dv = &tr.dv;
+    const int dp = dv->on; /* the device path: parameters, gradients and optimizer on dv->dev */
+    MR_TRY(tr_dev_push(&tr)); /* what was loaded or broadcast */
+    MR_TRY(tr_dev_comm(&tr));
+    float *params = dp ? dv->d_params : mr_params_buffer(tr.ps), *grads = dp ? dv->d_grads : mr_params_grad_buffer(tr.ps);
+    mr_comm *gcomm = dp ? dv->gcomm : comm; /* who all-reduces the gradients */
+    mr_optim *opt = dp ? dv->opt : tr.opt;
     /* with several replicas and no accumulation, each gradient bucket is all-reduced on the
      * communication thread as soon as the backward has finished it */
     /* bench/run_dist.sh's baseline: the same replicas with no gradient exchange at all (the
      * replicas then drift apart; never for training) */
     const int no_allreduce = comm && getenv("MIRROR_BENCH_NO_ALLREDUCE") && !strcmp(getenv("MIRROR_BENCH_NO_ALLREDUCE"), "1");
     if (no_allreduce && tr.rank == 0) mr_log_warn("MIRROR_BENCH_NO_ALLREDUCE=1: replicas do not exchange gradients");
-    if (comm && c->accumulate == 1 && !no_allreduce && !tr.zero && mr_comm_backend_of(comm) != MR_COMM_HIER) {
+    if (comm && !dp && c->accumulate == 1 && !no_allreduce && !tr.zero && mr_comm_backend_of(comm) != MR_COMM_HIER) {
         double cap = (c->bucket_mb > 0 ? c->bucket_mb : 16.0) * 1048576.0;
         MR_TRY(make_buckets(tr.ps, s->plan, grads, cap, &buckets, &nbuckets));
         MR_TRY(mr_comm_queue_new(comm, &queue));
     }
     double busy0 = 0;
-    if (c->accumulate > 1) {
+    float *d_acc = NULL; /* the accumulation buffer: host (acc) or device (dv->d_acc) */
+    if (c->accumulate > 1 && dp) {
+        d_acc = dv->d_acc;
+    } else if (c->accumulate > 1) {
         acc = calloc((size_t)n, sizeof *acc);
         MR_CHECK(acc, MR_ERR_NOMEM, "trainer: out of memory for the accumulation buffer");
+        d_acc = acc;
+    }
+    /* CUDA graphs: the step is captured at its second run (the first one creates the cuBLAS,
+     * cuBLASLt and cuDNN state lazily, which may not happen inside a capture) */
+    int want_graphs = dp && dv->dev.kind == MR_DEVICE_CUDA && c->cuda_graphs;
+    if (want_graphs && mr_plan_has_dropout(s->plan)) {
+        want_graphs = 0;
+        if (!c->quiet) mr_log_info("CUDA graphs off: the model has dropout, whose masks change every step");
     }
     if (c->run_dir) {
         MR_TRY(mr_mkdirs(c->run_dir));
@@ -556,7 +592,11 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
     while (tr.step < c->steps) {
         const int64_t step = tr.step; /* 0-based index of this step */
         double step_loss = 0;
-        s->loss_scale = tr.scaling ? (float)tr.scaler.scale : 1.0f;
+        MR_TRY(tr_dev_set_loss_scale(&tr, s, tr.scaling ? (float)tr.scaler.scale : 1.0f));
+        if (want_graphs && step > res->resumed_from) {
+            MR_TRY(mr_plan_set_graphs(s->plan, 1));
+            want_graphs = 0;
+        }
         for (int64_t m = 0; m < c->accumulate; m++) {
             mr_data_elem e;
             int end = 0;
@@ -564,12 +604,18 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
             MR_TRY(mr_data_iter_next(tr.train.it, &e, &end));
             MR_CHECK(!end, MR_ERR_INVALID, "data.train: the training data is empty");
             double t1 = now_s();
-            MR_TRY(mr_plan_bind(s->plan, s->io.x, e.data[0]));
-            MR_TRY(mr_plan_bind(s->plan, s->io.y, e.data[1]));
+            MR_TRY(tr_dev_feed(dv, s, e.data[0], e.data[1]));
             mr_plan_set_dropout_step(s->plan, (uint64_t)(step * c->accumulate + m)); /* fresh masks each micro-step */
-            MR_TRY(mr_plan_run_range(s->plan, 0, s->n_forward));
-            double t2 = now_s();
-            if (queue) {
+            double t2;
+            if (dp) {
+                /* one launch (a captured graph) or the kernels back to back; the forward and the
+                 * backward are timed together (as forward_s) once the loss is back */
+                MR_TRY(mr_plan_run(s->plan));
+            } else {
+                MR_TRY(mr_plan_run_range(s->plan, 0, s->n_forward));
+            }
+            t2 = now_s();
+            if (queue) { /* never on the device path */
                 int32_t at = s->n_forward;
                 for (int b = 0; b < nbuckets; b++) {
                     if (buckets[b].ready > at) {
@@ -580,38 +626,44 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
                                                    &buckets[b].ticket));
                 }
                 MR_TRY(mr_plan_run_range(s->plan, at, mr_plan_num_kernels(s->plan)));
-            } else {
+            } else if (!dp) {
                 MR_TRY(mr_plan_run_range(s->plan, s->n_forward, mr_plan_num_kernels(s->plan)));
             }
+            const void *hl = NULL;
+            MR_TRY(tr_dev_read(dv, s, s->io.loss, sizeof(float), &hl)); /* waits for the device */
             double t3 = now_s();
             t_data += t1 - t0;
-            t_fwd += t2 - t1;
-            t_bwd += t3 - t2;
-            step_loss += *(const float *)mr_plan_data(s->plan, s->io.loss);
-            if (acc) {
+            t_fwd += (dp ? t3 : t2) - t1;
+            t_bwd += dp ? 0.0 : t3 - t2;
+            step_loss += *(const float *)hl;
+            if (d_acc) {
                 /* the gradients of micro-batch means, averaged: the gradient of the batch mean */
                 const float w = 1.0f / (float)c->accumulate;
-                if (m == 0)
-                    for (int64_t i = 0; i < n; i++) acc[i] = w * grads[i];
-                else
-                    for (int64_t i = 0; i < n; i++) acc[i] += w * grads[i];
+                MR_TRY(mr_vec_axpby(dp ? dv->dev : mr_device_cpu(), dv->stream, d_acc, m == 0 ? 0.0f : 1.0f, grads, w, n));
             }
         }
         step_loss /= (double)c->accumulate;
-        float *g = acc ? acc : grads;
-        if (c->inject_nonfinite_at == step + 1) g[n / 2] = INFINITY; /* on every replica, before the exchange */
+        float *g = d_acc ? d_acc : grads;
+        if (c->inject_nonfinite_at == step + 1) { /* on every replica, before the exchange */
+            static const float inf = INFINITY;
+            if (dp) MR_TRY(dv->be->copy(dv->dev.index, g + n / 2, &inf, sizeof inf,
+                                        dv->dev.kind == MR_DEVICE_CPU ? MR_COPY_H2H : MR_COPY_H2D, dv->stream));
+            else g[n / 2] = INFINITY;
+        }
         int stop = g_stop_signal != 0;
         if (comm) {
             /* the replicas' gradients averaged (the gradient of the global batch's mean loss), and
              * the loss and any stop request agreed, so every replica takes the same decisions */
             double t5 = now_s();
             double agree[2] = {step_loss, stop};
+            /* NCCL runs on its own stream: the accumulation and any injected value must be done */
+            if (dp) MR_TRY(dv->be->stream_sync(dv->stream));
             if (queue) /* what the backward did not hide */
                 for (int b = 0; b < nbuckets; b++) MR_TRY(mr_comm_queue_wait(queue, buckets[b].ticket));
             else if (tr.zero)
                 MR_TRY(tr_zero_reduce(&tr, g));
             else if (!no_allreduce)
-                MR_TRY(mr_comm_allreduce(comm, g, n, MR_F32, MR_REDUCE_AVG));
+                MR_TRY(mr_comm_allreduce(gcomm, g, n, MR_F32, MR_REDUCE_AVG)); /* NCCL on device memory */
             MR_TRY(mr_comm_allreduce(comm, agree, 2, MR_F64, MR_REDUCE_SUM));
             step_loss = agree[0] / (double)tr.world;
             stop = agree[1] > 0;
@@ -622,9 +674,17 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
         float *upd_g = tr.zero ? tr.zshard : g, *upd_p = tr.zero ? params + tr.zoff : params;
         const int64_t upd_n = tr.zero ? tr.zlen : n;
         int apply = 1;
+        const mr_device gdev = dp ? dv->dev : mr_device_cpu();
+        double sumsq = NAN; /* the device path's sum of squares of upd_g, when known */
         if (tr.scaling) {
             /* GradScaler: a non-finite gradient (or loss) skips the update and halves the scale */
-            int finite = isfinite(step_loss) && mr_grads_finite(upd_g, upd_n);
+            int finite;
+            if (dp) { /* one pass gives the finite check (and the norm, when nothing is unscaled) */
+                MR_TRY(mr_vec_sumsq(gdev, dv->stream, upd_g, upd_n, dv->d_scratch, &sumsq));
+                finite = isfinite(step_loss) && isfinite(sumsq);
+            } else {
+                finite = isfinite(step_loss) && mr_grads_finite(upd_g, upd_n);
+            }
             if (tr.zero) MR_TRY(tr_zero_all(&tr, &finite));
             double scale = tr.scaler.scale;
             apply = mr_loss_scaler_update(&tr.scaler, finite);
@@ -632,7 +692,12 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
                      "non-finite loss (%g) at step %lld with the loss scale at its floor (%g); HINT: lower "
                      "optimizer.lr, set optimizer.grad_clip, or use mixed_bfloat16",
                      step_loss, (long long)step, tr.scaler.min_scale);
-            if (apply) mr_grads_unscale(upd_g, upd_n, scale);
+            if (apply && dp) {
+                MR_TRY(mr_vec_scale(gdev, dv->stream, upd_g, (float)(1.0 / scale), upd_n)); /* as mr_grads_unscale */
+                sumsq = NAN;
+            } else if (apply) {
+                mr_grads_unscale(upd_g, upd_n, scale);
+            }
         } else {
             MR_CHECK(isfinite(step_loss), MR_ERR_INVALID,
                      "non-finite loss (%g) at step %lld; HINT: lower optimizer.lr or set optimizer.grad_clip", step_loss,
@@ -642,9 +707,18 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
         double lr = mr_schedule_lr(&c->schedule, c->optim.lr, step);
         if (apply) {
             double norm = 0;
-            if (c->grad_clip > 0 && tr.zero) MR_TRY(tr_zero_clip(&tr, c->grad_clip));
-            else if (c->grad_clip > 0) mr_clip_grad_norm(g, n, c->grad_clip, &norm);
-            MR_TRY(mr_optim_step(tr.opt, upd_p, upd_g, lr));
+            if (c->grad_clip > 0 && tr.zero) {
+                MR_TRY(tr_zero_clip(&tr, c->grad_clip));
+            } else if (c->grad_clip > 0 && dp) {
+                /* mr_clip_grad_norm's arithmetic on the device */
+                if (isnan(sumsq)) MR_TRY(mr_vec_sumsq(gdev, dv->stream, g, n, dv->d_scratch, &sumsq));
+                norm = sqrt(sumsq);
+                if (isfinite(norm) && norm > c->grad_clip)
+                    MR_TRY(mr_vec_scale(gdev, dv->stream, g, (float)(c->grad_clip / (norm + 1e-6)), n));
+            } else if (c->grad_clip > 0) {
+                mr_clip_grad_norm(g, n, c->grad_clip, &norm);
+            }
+            MR_TRY(mr_optim_step(opt, upd_p, upd_g, lr));
             if (tr.zero) MR_TRY(tr_zero_gather(&tr)); /* every replica's shard to every replica */
         }
         t_opt += now_s() - t4;
@@ -655,6 +729,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
         tr.step++;
         timed++;
         if (c->on_step && tr.rank == 0) {
+            MR_TRY(tr_dev_pull(&tr)); /* the callback reads the host shadow */
             mr_train_state ts = {tr.step, tr.ps, tr.opt, tr.scaling ? &tr.scaler : NULL, !apply, step_loss};
             c->on_step(c->on_step_ctx, &ts);
         }
@@ -708,7 +783,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
         const int have_eval = c->model.type == MR_MODEL_GPT ? (c->eval_tokens || c->eval_text) : c->eval_images != NULL;
         if (have_eval && ((c->eval_every > 0 && tr.step % c->eval_every == 0) || last)) {
             eval_out ev;
-            MR_TRY(evaluate(c, tr.steps, micro, comm, &ev));
+            MR_TRY(evaluate(c, tr.steps, &tr.dv, micro, comm, &ev));
             res->eval_loss = ev.loss;
             res->eval_accuracy = ev.accuracy;
             res->eval_perplexity = ev.perplexity;
@@ -755,7 +830,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
                         "checkpoint.resume: never to start over)", rpath, (long long)c->steps);
         if (have_eval) {
             eval_out ev;
-            MR_TRY(evaluate(c, tr.steps, micro, comm, &ev));
+            MR_TRY(evaluate(c, tr.steps, &tr.dv, micro, comm, &ev));
             res->eval_loss = ev.loss;
             res->eval_accuracy = ev.accuracy;
             res->eval_perplexity = ev.perplexity;
@@ -766,7 +841,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
     res->skipped_steps = tr.scaling ? tr.scaler.skipped : 0;
     res->loss_scale = tr.scaling ? tr.scaler.scale : 1.0;
     if (vocab && c->sample_chars > 0 && !res->stopped_by && tr.rank == 0)
-        MR_TRY(generate(c, tr.steps, vocab, nvocab, res));
+        MR_TRY(generate(c, tr.steps, &tr.dv, vocab, nvocab, res));
     res->compilations = mr_steps_compilations(tr.steps);
 fail:
     if (metrics) fclose(metrics);
@@ -781,6 +856,7 @@ fail:
  * so the others stop at their next collective instead of waiting out the deadline. */
 typedef struct local_replica {
     const mr_train_cfg *cfg;
+    mr_train_cfg own; /* GPU replicas: the config with this replica's GPU as gpus[0] */
     mr_comm *comm;
     int threads; /* OpenMP threads for this replica's kernels */
     mr_train_result res;
@@ -818,6 +894,12 @@ static mr_status train_local(const mr_train_cfg *cfg, mr_comm *job, mr_train_res
 #endif
     for (int r = 0; r < n; r++) {
         reps[r] = (local_replica){.cfg = cfg, .comm = comms[r], .threads = cores / n > 0 ? cores / n : 1};
+        if (cfg->device_kind == MR_DEVICE_CUDA) {
+            /* a thread per GPU: its kernels are asynchronous, so it needs one core at most */
+            reps[r].own = *cfg;
+            reps[r].own.gpus[0] = cfg->gpus[r];
+            reps[r].cfg = &reps[r].own;
+        }
         if (r > 0 && pthread_create(&tid[r], NULL, local_main, &reps[r]) != 0) {
             mr_comm_abort(comms[0], 1, "cannot start a replica thread");
             break;
@@ -864,9 +946,10 @@ mr_status mr_evaluate_checkpoint(const mr_train_cfg *cfg, const char *checkpoint
     int foreign = mr_ckpt_open(checkpoint, 0, &r) != MR_OK;
     mr_ckpt_close(r);
     MR_TRY(tr_load_params(tr.ps, checkpoint, foreign, &res->steps));
+    MR_TRY(tr_dev_push(&tr));
     eval_out ev;
     double t0 = now_s();
-    MR_TRY(evaluate(c, tr.steps, c->batch / c->accumulate, NULL, &ev));
+    MR_TRY(evaluate(c, tr.steps, &tr.dv, c->batch / c->accumulate, NULL, &ev));
     res->seconds = now_s() - t0;
     res->eval_loss = ev.loss;
     res->eval_accuracy = ev.accuracy;

@@ -74,6 +74,20 @@ typedef struct mr_train_cfg {
     int shard_optimizer;        /* ZeRO-1 over the replicas: reduce-scatter the gradients, update
                                  * this replica's shard of the parameters and optimizer state,
                                  * all-gather the parameters (no overlap with the backward) */
+    /* Where each replica trains. device_kind MR_DEVICE_CPU (the default) keeps parameters,
+     * gradients and the optimizer in host memory (the host path). MR_DEVICE_CUDA puts them on GPU
+     * gpus[r] for local replica r (gpus[0] for a single replica; -1 picks the MPI rank's local
+     * index modulo the visible GPUs): the device path, where gradients are all-reduced with NCCL
+     * (bootstrapped over the replicas' host communicator) and batches are copied from pinned host
+     * buffers. device_path 1 runs the device path on the CPU (separate buffers, copies, the device
+     * optimizer), which is how tests check it against the host path without a GPU.
+     * cuda_graphs: replay the training step from a captured CUDA graph after its first run (not
+     * with dropout). allow_tf32: f32 GEMMs may use TF32 on the GPU. */
+    int device_kind;
+    int gpus[16];
+    int device_path;
+    int cuda_graphs;
+    int allow_tf32;
     /* Tests: after every completed step (skipped ones too) on_step is called with the state; at
      * 1-based step inject_nonfinite_at (0: never) one gradient is set to +inf after the backward,
      * as an f16 overflow would. */

@@ -14,6 +14,34 @@ typedef struct tr_pipeline {
     mr_data_iter *it;
 } tr_pipeline;
 
+/* The device path (mr_train_cfg.device_kind / device_path): parameters, gradients and optimizer
+ * state live on `dev`; the registry's host buffers and t->opt are a shadow copy, refreshed for
+ * checkpoints (tr_dev_pull) and copied back after a load or a broadcast (tr_dev_push). */
+#define TR_DEV_MAX_STEPS 8
+typedef struct tr_dev_inputs {
+    const mr_step *s;     /* the compiled step these buffers feed */
+    void *d_x, *d_y;      /* device copies of the batch */
+    void *h_x, *h_y;      /* pinned host staging */
+    size_t bx, by;
+} tr_dev_inputs;
+
+typedef struct tr_device {
+    int on;
+    mr_device dev;
+    const mr_backend *be;
+    mr_stream *stream;
+    float *d_params, *d_grads, *d_acc, *d_loss_scale;
+    double *d_scratch;      /* MR_VEC_SCRATCH doubles (mr_vec_sumsq) */
+    float loss_scale;       /* the value *d_loss_scale holds */
+    mr_optim *opt;          /* the optimizer whose state is on dev */
+    mr_comm *gcomm;         /* gradient all-reduce: NCCL on a GPU; the host communicator on the CPU */
+    int own_gcomm;          /* gcomm was created here (NCCL) */
+    tr_dev_inputs in[TR_DEV_MAX_STEPS];
+    int n_in;
+    void *h_read;           /* host buffer for values read back (logits) */
+    size_t h_read_bytes;
+} tr_device;
+
 typedef struct trainer {
     mr_train_cfg c;         /* resolved: model sizes from the data, schedule.total set; quiet and
                              * without run_dir on ranks other than 0 */
@@ -39,7 +67,29 @@ typedef struct trainer {
     int64_t zoff, zlen, zshard_n;
     float *zbuf;            /* world * zshard_n: the padded gradient / parameter exchange buffer */
     float *zshard;          /* zshard_n: this replica's averaged gradient shard */
+    tr_device dv;           /* the device path (dv.on) */
 } trainer;
+
+/* ---- the device path (trainer_device.c) ---- */
+/* Sets up t->dv for c->device_kind / c->device_path: picks the GPU, makes the stream, allocates
+ * the parameter, gradient and scale buffers, points the steps at them (before any compilation;
+ * the registry must be registered and allocated) and makes the device optimizer (with_optim).
+ * A no-op on the host path. */
+mr_status tr_dev_init(trainer *t, int with_optim) MR_WUR;
+void tr_dev_free(trainer *t);
+/* With several replicas: the gradient communicator (NCCL over t->comm on a GPU). */
+mr_status tr_dev_comm(trainer *t) MR_WUR;
+/* Host shadow -> device (parameters, optimizer state and step count), and back. */
+mr_status tr_dev_push(trainer *t) MR_WUR;
+mr_status tr_dev_pull(trainer *t) MR_WUR;
+/* Binds a batch to step s: the host pointers on the host path; copies into s's device buffers
+ * (pinned staging, asynchronous on the stream) on the device path. */
+mr_status tr_dev_feed(tr_device *dv, mr_step *s, const void *x, const void *y) MR_WUR;
+/* The bytes of kept value v of step s after a run, as a host pointer valid until the next call
+ * (the plan's own memory on the host path; a copy, after waiting for the stream, on a device). */
+mr_status tr_dev_read(tr_device *dv, mr_step *s, mr_val v, size_t bytes, const void **out) MR_WUR;
+/* Sets the loss scale the training steps read. */
+mr_status tr_dev_set_loss_scale(trainer *t, mr_step *s, float scale) MR_WUR;
 
 /* Writes the run's state to path (atomically; checkpoint/ckpt.h). Collective over t->comm: every
  * replica's data-iterator state goes into the file, which replica 0 writes; every replica gets

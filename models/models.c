@@ -117,9 +117,8 @@ static void build_gpt(mr_nn *nn, const mr_model_cfg *c, int64_t B, mr_model_io *
         memcpy(nn->prefix, pre, strlen(pre) + 1);
         mr_val a = mr_nn_causal_attention(nn, "attn", mr_nn_layernorm(nn, "ln_1", h), (int)c->heads);
         h = mr_graph_add(g, h, mr_nn_dropout(nn, a, c->dropout));
-        mr_val m = mr_nn_linear_init(nn, "mlp.c_fc", mr_nn_layernorm(nn, "ln_2", h), 4 * C, 1, MR_INIT_NORMAL, std,
-                                     MR_INIT_ZEROS, 0);
-        m = mr_graph_unary(g, MR_OP_GELU, m);
+        mr_val m = mr_nn_linear_gelu_init(nn, "mlp.c_fc", mr_nn_layernorm(nn, "ln_2", h), 4 * C, MR_INIT_NORMAL, std,
+                                          MR_INIT_ZEROS, 0);
         m = mr_nn_linear_init(nn, "mlp.c_proj", m, C, 1, MR_INIT_NORMAL, proj_std, MR_INIT_ZEROS, 0);
         h = mr_graph_add(g, h, mr_nn_dropout(nn, m, c->dropout));
     }

@@ -2,6 +2,7 @@
  * fused kernels (MR_OP_SGD_UPDATE, MR_OP_ADAMW_UPDATE) over the whole contiguous buffer. */
 #include "optim/optim.h"
 #include "core/ops.h"
+#include "core/vec.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -11,6 +12,9 @@ struct mr_optim {
     mr_optim_cfg cfg;
     int64_t n, steps;
     float *slot[2];
+    mr_device dev;          /* where the slots live and the update runs */
+    const mr_backend *be;   /* dev's backend (slots allocated through it) */
+    mr_stream *stream;      /* borrowed; NULL: the device's default stream */
 };
 
 mr_optim_cfg mr_optim_cfg_default(mr_optim_kind kind) {
@@ -45,20 +49,32 @@ static mr_status check_cfg(const mr_optim_cfg *c) {
 }
 
 mr_status mr_optim_new(const mr_optim_cfg *cfg, int64_t n, mr_optim **out) {
+    return mr_optim_new_on(cfg, n, mr_device_cpu(), NULL, out);
+}
+
+mr_status mr_optim_new_on(const mr_optim_cfg *cfg, int64_t n, mr_device dev, mr_stream *stream, mr_optim **out) {
     *out = NULL;
     mr_status st = check_cfg(cfg);
     if (st != MR_OK) return st;
     if (n < 0) return mr_set_error(MR_ERR_INVALID, "optimizer: %lld parameters", (long long)n);
+    const mr_backend *be = NULL;
+    st = mr_backend_get(dev.kind, &be);
+    if (st != MR_OK) return st;
     mr_optim *o = calloc(1, sizeof *o);
     if (!o) return mr_set_error(MR_ERR_NOMEM, "optimizer: out of memory");
     o->cfg = *cfg;
     o->n = n;
+    o->dev = dev;
+    o->be = be;
+    o->stream = stream;
     int slots = mr_optim_num_slots(o);
+    size_t bytes = (size_t)(n ? n : 1) * sizeof(float);
     for (int i = 0; i < slots; i++) {
-        o->slot[i] = calloc((size_t)(n ? n : 1), sizeof(float));
-        if (!o->slot[i]) {
+        st = be->alloc(dev.index, bytes, (void **)&o->slot[i]);
+        if (st == MR_OK) st = be->memset_zero(dev.index, o->slot[i], bytes, stream);
+        if (st != MR_OK) {
             mr_optim_free(o);
-            return mr_set_error(MR_ERR_NOMEM, "optimizer: out of memory for %lld floats of state", (long long)n);
+            return mr_set_error(st, "optimizer: cannot allocate %lld floats of state: %s", (long long)n, mr_last_error());
         }
     }
     *out = o;
@@ -67,8 +83,8 @@ mr_status mr_optim_new(const mr_optim_cfg *cfg, int64_t n, mr_optim **out) {
 
 void mr_optim_free(mr_optim *o) {
     if (!o) return;
-    free(o->slot[0]);
-    free(o->slot[1]);
+    o->be->free(o->dev.index, o->slot[0]);
+    o->be->free(o->dev.index, o->slot[1]);
     free(o);
 }
 
@@ -100,9 +116,8 @@ mr_status mr_optim_step(mr_optim *o, float *params, float *grads, double lr) {
         double wd = o->cfg.weight_decay;
         if (o->cfg.kind == MR_OPTIM_ADAM && wd != 0.0) {
             /* Adam's L2 term joins the gradient (torch.optim.Adam); AdamW's is decoupled */
-            const float w = (float)wd;
-#pragma omp parallel for simd schedule(static) if (o->n > 65536)
-            for (int64_t i = 0; i < o->n; i++) grads[i] += w * params[i];
+            mr_status st = mr_vec_axpby(o->dev, o->stream, grads, 1.0f, params, (float)wd, o->n);
+            if (st != MR_OK) return st;
             wd = 0.0;
         }
         mr_op_args_init(&a, MR_OP_ADAMW_UPDATE);
@@ -112,7 +127,9 @@ mr_status mr_optim_step(mr_optim *o, float *params, float *grads, double lr) {
     }
     a.in[0] = (mr_view){params, MR_F32, s};
     a.in[1] = (mr_view){grads, MR_F32, s};
-    mr_status st = mr_op_run(MR_DEVICE_CPU, &a);
+    a.device = o->dev.index;
+    a.stream = o->stream;
+    mr_status st = mr_op_run(o->dev.kind, &a);
     if (st == MR_OK) o->steps++;
     return st;
 }

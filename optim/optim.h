@@ -8,6 +8,7 @@
 #define MR_OPTIM_H
 
 #include <stdint.h>
+#include "core/device.h"
 #include "core/status.h"
 
 #ifdef __cplusplus
@@ -33,6 +34,10 @@ typedef struct mr_optim mr_optim;
 /* An optimizer over n parameters (state zeroed). MR_ERR_INVALID for a bad config (the message
  * names the field, e.g. "optimizer.beta2"). */
 mr_status mr_optim_new(const mr_optim_cfg *cfg, int64_t n, mr_optim **out) MR_WUR;
+/* The same with the state on device dev and the update run there, on `stream` (borrowed; NULL: the
+ * device's default stream): params and grads passed to mr_optim_step are then dev's memory, and
+ * mr_optim_slot returns dev's memory. mr_optim_new is mr_optim_new_on(the CPU). */
+mr_status mr_optim_new_on(const mr_optim_cfg *cfg, int64_t n, mr_device dev, mr_stream *stream, mr_optim **out) MR_WUR;
 void mr_optim_free(mr_optim *o); /* NULL is a no-op */
 /* One update of params (n) from grads (n) at learning rate lr (the schedule's value); grads may
  * be modified (Adam's L2 term is added in place). */

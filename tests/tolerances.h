@@ -55,6 +55,49 @@
 #define GPU_F16_GEMM_ATOL 5e-3
 #define GPU_F16_GEMM_RTOL 5e-3
 #define GPU_F16_GEMM_NMSE 1e-6
+/* GPU f32 GEMM with the GELU epilogue (cuBLASLt's GELU_* epilogues, tests/gpu/test_gpu_ops.c),
+ * K <= 33, |pre| up to ~4. NOT YET MEASURED ON A GPU: cuBLASLt's GELU may evaluate tanh with the
+ * hardware approximation (tanh.approx.f32, relative error ~2^-11), which moves gelu(x) by up to
+ * ~0.5*|x|*2^-11 ~ 1e-3 absolute; the plain f32 GEMM bound would not hold. Re-measure. */
+#define GPU_F32_GEMM_GELU_ATOL 2e-3
+#define GPU_F32_GEMM_GELU_RTOL 1e-3
+#define GPU_F32_GEMM_GELU_NMSE 1e-7
+/* GPU f32 GEMM with allow_tf32 (CUBLAS_COMPUTE_32F_FAST_TF32), inputs in [-1,1), K <= 64.
+ * NOT YET MEASURED ON A GPU: TF32 keeps 10 mantissa bits, so each product errs by up to ~2^-10
+ * relative; K random-signed products of rms 1/3 give ~sqrt(K)/3 * 2^-10 ~ 2.6e-3 rms at K = 64,
+ * plus the GELU term above. Re-measure and tighten. */
+#define GPU_TF32_GEMM_ATOL 2e-2
+#define GPU_TF32_GEMM_RTOL 1e-2
+#define GPU_TF32_GEMM_NMSE 1e-5
+
+/* GPU (cuDNN) convolution, all three passes, against the f64 reference on the same rounded inputs
+ * in [-1,1) (tests/gpu/test_gpu_conv.c). NOT YET MEASURED ON A GPU: re-measure on the first GPU
+ * run and tighten. The bound grows with the length K of the sum behind an output element
+ * (forward C*KH*KW, data gradient O*KH*KW, filter and bias gradient N*OH*OW, up to 50176 in the
+ * tests): |x - ref| <= ATOL + ATOL_PER_K * K + RTOL * |ref|. The terms have rms 1/3, so partial
+ * sums reach ~sqrt(K)/3 and even a sequential sum errs by only ~0.14 * K * u rms (u = 2^-24 for
+ * f32 with FMA math, no TF32; 2^-53 for f64); ATOL_PER_K (~17 u for f32, ~90 u for f64) leaves
+ * room for Winograd and FFT algorithms, whose error scales with the sum of |terms| (~K/3). */
+#define GPU_F32_CONV_ATOL 1e-5
+#define GPU_F32_CONV_ATOL_PER_K 1e-6
+#define GPU_F32_CONV_RTOL 1e-4
+#define GPU_F32_CONV_NMSE 1e-9
+#define GPU_F64_CONV_ATOL 1e-12
+#define GPU_F64_CONV_ATOL_PER_K 1e-14
+#define GPU_F64_CONV_RTOL 1e-10
+#define GPU_F64_CONV_NMSE 1e-20
+
+/* GPU reductions, binary backward, softmax, cross-entropy and layer norm
+ * (tests/gpu/test_gpu_norm.c) against the f64 reference on the same rounded inputs, rows up to
+ * 50257 and column sums over up to 70000 rows. NOT YET MEASURED ON A GPU: f32 set like
+ * TOL_F32_REDUCE (f32 accumulation, error ~ sqrt(n) * 2^-24 relative to the sum of |terms|);
+ * f64 from the same bound with 2^-53. Re-measure on the first GPU run and tighten. */
+#define GPU_F32_NORM_ATOL 1e-4
+#define GPU_F32_NORM_RTOL 1e-3
+#define GPU_F32_NORM_NMSE 1e-9
+#define GPU_F64_NORM_ATOL 1e-10
+#define GPU_F64_NORM_RTOL 1e-9
+#define GPU_F64_NORM_NMSE 1e-20
 
 /* CPU GEMM with bf16 (or f16) inputs, f32 accumulation and an f32 C (tests/unit/test_gemm_bf16.c)
  * against the f64 reference on the same rounded inputs in [-1,1): the products are exact, so only

@@ -2,7 +2,7 @@
  * words of four consecutive elements, so the loop runs over blocks (4x fewer Philox rounds than
  * calling mr_philox_u32 per element) in parallel; the mask is the reference's by construction. */
 #include "core/ops_impl.h"
-#include "core/math/philox_math.h"
+#include "core/math/dropout_math.h"
 
 #include <string.h>
 
@@ -35,7 +35,7 @@ mr_status mr_dropout_fwd_cpu(const mr_op_args *a) {
         mr_philox4x32_10(ctr, key, r);
         int64_t i0 = b * 4, m = n - i0 < 4 ? n - i0 : 4;
         for (int64_t l = 0; l < m; l++)
-            y[i0 + l] = (double)mr_u32_to_unit_f32(r[l]) >= thr ? x[i0 + l] * scale : 0.0f;
+            y[i0 + l] = mr_dropout_keep(r[l], thr) ? x[i0 + l] * scale : 0.0f;
     }
     return MR_OK;
 }

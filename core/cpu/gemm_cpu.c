@@ -27,6 +27,7 @@
 #include "core/cpu/cpu_impl.h"
 #include "core/ops_impl.h"
 #include "core/log.h"
+#include "core/math/unary_math.h"
 
 #include <cpuid.h>
 #include <dlfcn.h>
@@ -38,6 +39,8 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+
+#include "core/cpu/vec_math_impl.h"
 
 /* ---- CPU features ---------------------------------------------------------------------------- */
 
@@ -346,6 +349,60 @@ static mr_status gemm_one(mr_dtype dt, int ta, int tb, int64_t m, int64_t n, int
     }
 }
 
+/* ---- the epilogue: bias and GELU ----------------------------------------------------------------
+ * Applied row by row right after the GEMM that wrote those rows (per batch, while its C is still
+ * in cache), never when the op has no bias and no GELU, so a plain GEMM pays nothing for it.
+ * Compiled twice, like the unary ops (elementwise_cpu.c): for the baseline ISA and for AVX-512,
+ * where libmvec's 16-wide tanhf runs. Whole rows take the vector body, so the bits do not depend
+ * on the thread count. pre (P) may be NULL; it must not overlap C. */
+#define DEFINE_EPILOGUE_ROWS(SUFFIX, ATTR)                                                          \
+    ATTR static void epilogue_rows_##SUFFIX(float *restrict C, float *restrict P, const float *restrict bias, \
+                                            int gelu, int64_t r0, int64_t r1, int64_t n) {          \
+        for (int64_t i = r0; i < r1; i++) {                                                         \
+            float *restrict c = C + i * n;                                                          \
+            if (bias) {                                                                             \
+                _Pragma("omp simd") for (int64_t j = 0; j < n; j++) c[j] += bias[j];                \
+            }                                                                                       \
+            if (!gelu) continue;                                                                    \
+            if (P) {                                                                                \
+                float *restrict pr = P + i * n;                                                     \
+                _Pragma("omp simd") for (int64_t j = 0; j < n; j++) {                               \
+                    pr[j] = c[j];                                                                   \
+                    c[j] = mr_gelu_f32(c[j]);                                                       \
+                }                                                                                   \
+            } else {                                                                                \
+                _Pragma("omp simd") for (int64_t j = 0; j < n; j++) c[j] = mr_gelu_f32(c[j]);       \
+            }                                                                                       \
+        }                                                                                           \
+    }
+
+DEFINE_EPILOGUE_ROWS(def, )
+DEFINE_EPILOGUE_ROWS(512, __attribute__((target("avx512f"))))
+
+/* Rows of work below which the epilogue stays on the calling thread (thread start-up costs more). */
+#define EPI_PAR_MIN 32768
+
+/* The epilogue on `rows` rows of n columns of C (f32) and of pre (NULL when absent); threaded
+ * over rows when `par` and the pass is big enough. */
+static void gemm_epilogue(const mr_op_args *a, float *C, float *P, int64_t rows, int64_t n, int par) {
+    const float *bias = a->in[2].data;
+    int gelu = a->p.gemm.epilogue == MR_GEMM_EPI_GELU;
+    void (*fn)(float *restrict, float *restrict, const float *restrict, int, int64_t, int64_t, int64_t) =
+        mr_cpu_caps_get()->avx512f ? epilogue_rows_512 : epilogue_rows_def;
+#ifdef _OPENMP
+    par = par && omp_get_level() == 0 && rows > 1 && rows * n > EPI_PAR_MIN;
+#else
+    par = 0;
+#endif
+    if (!par) {
+        fn(C, P, bias, gelu, 0, rows, n);
+        return;
+    }
+    /* 16-row chunks: few enough to share out evenly, long enough to amortise the loop */
+#pragma omp parallel for schedule(static)
+    for (int64_t r0 = 0; r0 < rows; r0 += 16) fn(C, P, bias, gelu, r0, rows - r0 < 16 ? rows : r0 + 16, n);
+}
+
 /* f16 inputs: this CPU has no f16 dot-product instruction, so A and B are widened to f32 once
  * per call into the workspace (a planned step then allocates nothing) and the f32 GEMM runs. The
  * query runs before the check: it must not trust the args. */
@@ -387,10 +444,15 @@ mr_status mr_gemm_fwd_cpu(const mr_op_args *a) {
     float *C = a->out[0].data;
     int64_t lda = p->trans_a ? m : k, ldb = p->trans_b ? k : n;
     float alpha = (float)p->alpha, beta = (float)p->beta;
+    /* pre (out[1]) has C's dtype, f32 here; NULL when absent */
+    float *P = a->out[1].data;
+    int epi = a->in[2].data || p->epilogue != MR_GEMM_EPI_NONE;
     if (m * n == 0) return MR_OK;
     if (b_shared && !p->trans_a) {
         /* A shared B: fold the batch into M (one large GEMM instead of many small ones). */
-        return gemm_one(dt, 0, p->trans_b, batch * m, n, k, alpha, A, lda, B, ldb, beta, C, n);
+        mr_status st = gemm_one(dt, 0, p->trans_b, batch * m, n, k, alpha, A, lda, B, ldb, beta, C, n);
+        if (st == MR_OK && epi) gemm_epilogue(a, C, P, batch * m, n, 1);
+        return st;
     }
     /* Many small GEMMs (attention: batch*heads of TxD by DxT) are shared out whole, one per
      * thread (each then runs single-threaded inside the region); one big one threads inside. */
@@ -403,12 +465,15 @@ mr_status mr_gemm_fwd_cpu(const mr_op_args *a) {
     if (par) {
         int failed = 0;
 #pragma omp parallel for schedule(static)
-        for (int64_t bi = 0; bi < batch; bi++)
+        for (int64_t bi = 0; bi < batch; bi++) {
             if (gemm_one(dt, p->trans_a, p->trans_b, m, n, k, alpha, A + (size_t)(bi * m * k) * es, lda,
                          B + (size_t)(b_shared ? 0 : bi * k * n) * es, ldb, beta, C + bi * m * n, n) != MR_OK) {
 #pragma omp atomic write
                 failed = 1;
+            } else if (epi) {
+                gemm_epilogue(a, C + bi * m * n, P ? P + bi * m * n : NULL, m, n, 0);
             }
+        }
         /* the worker's message is thread-local: restate it here */
         if (failed) return mr_set_error(MR_ERR_NOMEM, "gemm: out of memory for %s packing buffers", mr_dtype_name(dt));
     } else {
@@ -416,6 +481,7 @@ mr_status mr_gemm_fwd_cpu(const mr_op_args *a) {
             mr_status st = gemm_one(dt, p->trans_a, p->trans_b, m, n, k, alpha, A + (size_t)(bi * m * k) * es, lda,
                                     B + (size_t)(b_shared ? 0 : bi * k * n) * es, ldb, beta, C + bi * m * n, n);
             if (st != MR_OK) return st;
+            if (epi) gemm_epilogue(a, C + bi * m * n, P ? P + bi * m * n : NULL, m, n, 1);
         }
     }
     return MR_OK;

@@ -3,6 +3,7 @@
  * blocks instead, each column summed over rows in row order, so the result does not depend on the
  * thread count and no workspace is needed. */
 #include "core/ops_impl.h"
+#include "core/math/layernorm_math.h"
 
 #include <math.h>
 
@@ -36,7 +37,7 @@ mr_status mr_layernorm_fwd_cpu(const mr_op_args *a) {
         for (int64_t j = 0; j < cols; j++) v += (xr[j] - m) * (xr[j] - m);
         float r = 1.0f / sqrtf(v * inv_d + eps);
 #pragma omp simd
-        for (int64_t j = 0; j < cols; j++) yr[j] = (xr[j] - m) * r * gamma[j] + beta[j];
+        for (int64_t j = 0; j < cols; j++) yr[j] = mr_layernorm_y_f32(xr[j], m, r, gamma[j], beta[j]);
         mean[i] = m;
         rstd[i] = r;
     }
@@ -69,7 +70,7 @@ mr_status mr_layernorm_bwd_cpu(const mr_op_args *a) {
         sg *= inv_d;
         sgx *= inv_d;
 #pragma omp simd
-        for (int64_t j = 0; j < cols; j++) dxr[j] = r * (dyr[j] * gamma[j] - sg - (xr[j] - m) * r * sgx);
+        for (int64_t j = 0; j < cols; j++) dxr[j] = mr_layernorm_dx_f32(xr[j], m, r, dyr[j], gamma[j], sg, sgx);
     }
     if (!dgamma && !dbeta) return MR_OK;
     int64_t nblk = (cols + LN_COL_BLOCK - 1) / LN_COL_BLOCK;

@@ -4,6 +4,7 @@
  * rules (ties, NaN, padding) are those of core/ref/pool_ref.c. */
 #include "core/ops_impl.h"
 #include "core/cpu/cpu_impl.h"
+#include "core/math/pool_math.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -109,7 +110,7 @@ mr_status mr_maxpool2d_fwd_cpu(const mr_op_args *a) {
                 for (int64_t ih = h0; ih < h1; ih++)
                     for (int64_t iw = w0; iw < w1; iw++) {
                         float v = xp[ih * w + iw];
-                        if (arg < 0 || (!isnan(best) && (v > best || isnan(v)))) {
+                        if (mr_maxpool_takes_f32(best, v, arg)) {
                             best = v;
                             arg = ih * w + iw;
                         }

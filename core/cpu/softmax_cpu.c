@@ -5,6 +5,7 @@
  * order, so results do not depend on the thread count. */
 #include "core/ops_impl.h"
 #include "core/cpu/cpu_impl.h"
+#include "core/math/softmax_math.h"
 
 #include <math.h>
 #include <string.h>
@@ -44,7 +45,7 @@ static mr_status f32_only(const mr_op_args *a, mr_dtype dt) {
             _Pragma("omp simd reduction(+ : s)") for (int64_t j = 0; j < c; j++) s += expf(x[j] - m); \
             /* (x - m) first: it is exact near the max, where m + log(s) would round */             \
             const float ls = logf(s);                                                               \
-            _Pragma("omp simd") for (int64_t j = 0; j < c; j++) y[j] = (x[j] - m) - ls;             \
+            _Pragma("omp simd") for (int64_t j = 0; j < c; j++) y[j] = mr_log_softmax_f32(x[j], m, ls); \
         } else {                                                                                    \
             const float inv = 1.0f / row_exp_##SUF(x, y, c, m);                                     \
             _Pragma("omp simd") for (int64_t j = 0; j < c; j++) y[j] *= inv;                        \
@@ -55,10 +56,10 @@ static mr_status f32_only(const mr_op_args *a, mr_dtype dt) {
         float s = 0.0f;                                                                             \
         if (log_sm) {                                                                               \
             _Pragma("omp simd reduction(+ : s)") for (int64_t j = 0; j < c; j++) s += g[j];         \
-            _Pragma("omp simd") for (int64_t j = 0; j < c; j++) dx[j] = g[j] - expf(y[j]) * s;      \
+            _Pragma("omp simd") for (int64_t j = 0; j < c; j++) dx[j] = mr_log_softmax_grad_f32(y[j], g[j], s); \
         } else {                                                                                    \
             _Pragma("omp simd reduction(+ : s)") for (int64_t j = 0; j < c; j++) s += g[j] * y[j];  \
-            _Pragma("omp simd") for (int64_t j = 0; j < c; j++) dx[j] = y[j] * (g[j] - s);          \
+            _Pragma("omp simd") for (int64_t j = 0; j < c; j++) dx[j] = mr_softmax_grad_f32(y[j], g[j], s); \
         }                                                                                           \
     }                                                                                               \
     /* probabilities into p; returns the loss term logsumexp(x) - x[label] (0 when ignored) */    \
@@ -68,7 +69,7 @@ static mr_status f32_only(const mr_op_args *a, mr_dtype dt) {
         float s = row_exp_##SUF(x, p, c, m);                                                        \
         const float inv = 1.0f / s;                                                                 \
         _Pragma("omp simd") for (int64_t j = 0; j < c; j++) p[j] *= inv;                            \
-        return ignored ? 0.0f : (m - x[lab]) + logf(s);                                             \
+        return ignored ? 0.0f : mr_xent_loss_f32(m, x[lab], s);                                      \
     }
 
 DEFINE_SOFTMAX_ROWS(def, )

@@ -1,17 +1,28 @@
 /* The CUDA backend table (core/device.h): device memory, asynchronous copies on streams,
  * streams that carry their own cuBLAS handle, and timing-free events.
  *
- * Memory: plain cudaMalloc/cudaFree after cudaSetDevice. cudaFree synchronizes the device, so
- * this is slow for per-step temporaries; a caching allocator replaces it later (issue 8) behind
- * the same two table entries.
+ * Memory: alloc/free go through one caching allocator per device (core/alloc_cache.c, created at
+ * the device's first allocation), with cudaMalloc/cudaFree as its raw allocator: cudaFree
+ * synchronizes the device, so per-step temporaries must not reach it. A freed block is reused
+ * only after an event recorded on the legacy default stream at free time has completed (see
+ * alloc_cache.c for why that covers every stream of ours). MIRROR_CUDA_CACHE=0 turns caching off
+ * (exact-size cudaMalloc per alloc, cudaFree per free) for compute-sanitizer runs.
+ * CUDA graph capture: a free records on the legacy stream and a cache miss calls cudaMalloc, both
+ * illegal while a stream is being captured, so allocate and free outside capture (the planner's
+ * arena is allocated before it).
+ * host_alloc/host_free give page-locked host memory (cudaHostAlloc, portable to every device)
+ * for batches copied asynchronously.
  * Streams are created with default flags (not cudaStreamNonBlocking) so that they stay ordered
  * after work on the legacy default stream, which is where tensor allocation, zero-fill and
  * NULL-stream copies go; code that wants overlap orders its streams with events.
  * A NULL stream means the legacy default stream of the current device; stream_sync(NULL)
  * synchronizes the current device (the one the last call on this thread made current). */
+#include "core/alloc_cache_impl.h"
 #include "core/backend_impl.h"
 #include "core/cuda/cuda_impl.h"
+#include "core/log.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,25 +68,185 @@ fail:
     return st;
 }
 
-static mr_status cuda_alloc(int device, size_t bytes, void **out) {
+/* ---- the caching allocator's raw hooks (ctx is the device index) ------------------------------ */
+
+static int ctx_device(void *ctx) { return (int)(intptr_t)ctx; }
+
+static mr_status raw_alloc(void *ctx, size_t bytes, void **out) {
     mr_status st = MR_OK;
     void *p = NULL;
     *out = NULL;
-    MR_TRY(set_device(device));
-    /* a 0-byte request still gets a unique pointer, as on the CPU */
-    MR_TRY_CUDA(cudaMalloc(&p, bytes ? bytes : 1));
+    MR_TRY(set_device(ctx_device(ctx)));
+    {
+        cudaError_t e = cudaMalloc(&p, bytes);
+        if (e != cudaSuccess) {
+            /* clear it: the cache retries, and a later launch check must not see a stale error */
+            (void)cudaGetLastError();
+            return mr_set_error(mr_cuda_status(e), "cudaMalloc(%zu bytes) on cuda:%d failed: %s (%s)", bytes,
+                                ctx_device(ctx), cudaGetErrorString(e), cudaGetErrorName(e));
+        }
+    }
     *out = p;
     return MR_OK;
 fail:
     return st;
 }
 
-static void cuda_free(int device, void *p) {
-    if (!p) return;
+static void raw_free(void *ctx, void *p) {
     /* a void function cannot report: a failure here means the context is already broken and the
      * next fallible call will say so */
-    if (cudaSetDevice(device) == cudaSuccess) (void)cudaFree(p);
+    if (cudaSetDevice(ctx_device(ctx)) == cudaSuccess) (void)cudaFree(p);
     (void)cudaGetLastError();
+}
+
+static mr_status raw_event_new(void *ctx, void **out) {
+    mr_status st = MR_OK;
+    cudaEvent_t e = NULL;
+    *out = NULL;
+    MR_TRY(set_device(ctx_device(ctx)));
+    MR_TRY_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    *out = (void *)e;
+    return MR_OK;
+fail:
+    return st;
+}
+
+static void raw_event_free(void *ctx, void *ev) {
+    if (cudaSetDevice(ctx_device(ctx)) == cudaSuccess) (void)cudaEventDestroy((cudaEvent_t)ev);
+    (void)cudaGetLastError();
+}
+
+/* On the legacy default stream (explicitly, whatever --default-stream says): it runs after all
+ * earlier work of every blocking stream of the device, which all of ours are. */
+static mr_status raw_event_record(void *ctx, void *ev) {
+    mr_status st = MR_OK;
+    MR_TRY(set_device(ctx_device(ctx)));
+    MR_TRY_CUDA(cudaEventRecord((cudaEvent_t)ev, cudaStreamLegacy));
+    return MR_OK;
+fail:
+    return st;
+}
+
+static mr_status raw_event_query(void *ctx, void *ev, int *done) {
+    cudaError_t e = cudaEventQuery((cudaEvent_t)ev);
+    *done = e == cudaSuccess;
+    if (e == cudaSuccess) return MR_OK;
+    /* "not ready" is not an error; clear it as PyTorch's allocator does */
+    (void)cudaGetLastError();
+    if (e == cudaErrorNotReady) return MR_OK;
+    return mr_set_error(MR_ERR_DEVICE, "cudaEventQuery on cuda:%d failed: %s (%s)", ctx_device(ctx),
+                        cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+static mr_status raw_event_wait(void *ctx, void *ev) {
+    mr_status st = MR_OK;
+    (void)ctx;
+    MR_TRY_CUDA(cudaEventSynchronize((cudaEvent_t)ev));
+    return MR_OK;
+fail:
+    return st;
+}
+
+static pthread_mutex_t g_cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static mr_alloc_cache *g_cache[MR_CUDA_MAX_DEVICES];
+
+/* MIRROR_CUDA_CACHE=0 (or "off"/"false") disables caching. */
+static int cache_enabled(void) {
+    const char *v = getenv("MIRROR_CUDA_CACHE");
+    return !(v && (!strcmp(v, "0") || !strcmp(v, "off") || !strcmp(v, "false")));
+}
+
+/* The device's cache; created on first use when `create`, else *out may be NULL. */
+static mr_status get_cache(int device, int create, mr_alloc_cache **out) {
+    mr_status st = MR_OK;
+    *out = NULL;
+    if (device < 0 || device >= MR_CUDA_MAX_DEVICES)
+        return mr_set_error(MR_ERR_INVALID, "cuda: device index %d out of range [0, %d)", device, MR_CUDA_MAX_DEVICES);
+    pthread_mutex_lock(&g_cache_mu);
+    if (!g_cache[device] && create) {
+        mr_alloc_raw r;
+        memset(&r, 0, sizeof r);
+        r.ctx = (void *)(intptr_t)device;
+        r.alloc = raw_alloc;
+        r.free = raw_free;
+        r.event_new = raw_event_new;
+        r.event_free = raw_event_free;
+        r.event_record = raw_event_record;
+        r.event_query = raw_event_query;
+        r.event_wait = raw_event_wait;
+        char name[32];
+        snprintf(name, sizeof name, "cuda:%d", device);
+        int on = cache_enabled();
+        st = mr_alloc_cache_new(&r, on, name, &g_cache[device]);
+        if (st == MR_OK && !on) mr_log_info("%s: MIRROR_CUDA_CACHE=0: caching allocator off", name);
+    }
+    *out = g_cache[device];
+    pthread_mutex_unlock(&g_cache_mu);
+    return st;
+}
+
+static mr_status cuda_alloc(int device, size_t bytes, void **out) {
+    mr_status st = MR_OK;
+    mr_alloc_cache *c = NULL;
+    *out = NULL;
+    MR_TRY(get_cache(device, 1, &c));
+    /* callers expect the device current after an alloc, as with a plain cudaMalloc */
+    MR_TRY(set_device(device));
+    /* a 0-byte request still gets a unique pointer, as on the CPU (the cache rounds 0 up) */
+    MR_TRY(mr_alloc_cache_alloc(c, bytes, out));
+    return MR_OK;
+fail:
+    return st;
+}
+
+static void cuda_free(int device, void *p) {
+    mr_alloc_cache *c = NULL;
+    if (!p) return;
+    /* a void function cannot report: say it once per failure, the next fallible call fails too */
+    mr_status st = get_cache(device, 0, &c);
+    if (st == MR_OK && !c) st = mr_set_error(MR_ERR_INVALID, "cuda:%d: free of %p before any allocation", device, p);
+    if (st == MR_OK) st = mr_alloc_cache_dealloc(c, p);
+    if (st != MR_OK) mr_log_warn("cuda free: %s", mr_last_error());
+}
+
+static mr_status cuda_host_alloc(size_t bytes, void **out) {
+    mr_status st = MR_OK;
+    void *p = NULL;
+    *out = NULL;
+    MR_TRY_CUDA(cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable));
+    *out = p;
+    return MR_OK;
+fail:
+    (void)cudaGetLastError();
+    return st;
+}
+
+static void cuda_host_free(void *p) {
+    if (!p) return;
+    (void)cudaFreeHost(p);
+    (void)cudaGetLastError();
+}
+
+extern "C" mr_status mr_cuda_memory_stats(int device, mr_memory_stats *out) {
+    mr_alloc_cache *c = NULL;
+    memset(out, 0, sizeof *out);
+    mr_status st = get_cache(device, 0, &c);
+    if (st == MR_OK && c) mr_alloc_cache_stats(c, out);
+    return st;
+}
+
+extern "C" mr_status mr_cuda_memory_reset_peak(int device) {
+    mr_alloc_cache *c = NULL;
+    mr_status st = get_cache(device, 0, &c);
+    if (st == MR_OK && c) mr_alloc_cache_reset_peak(c);
+    return st;
+}
+
+extern "C" mr_status mr_cuda_memory_release_cached(int device) {
+    mr_alloc_cache *c = NULL;
+    mr_status st = get_cache(device, 0, &c);
+    if (st == MR_OK && c) st = mr_alloc_cache_release_cached(c);
+    return st;
 }
 
 static cudaStream_t raw(const mr_stream *s) { return s ? s->s : (cudaStream_t)0; }
@@ -218,6 +389,8 @@ static const mr_backend g_cuda = {
     cuda_event_record,
     cuda_stream_wait_event,
     cuda_event_sync,
+    cuda_host_alloc,
+    cuda_host_free,
 };
 
 extern "C" const mr_backend *mr_cuda_backend(void) { return &g_cuda; }

@@ -1,10 +1,10 @@
 /* Inverted dropout (DROPOUT, and DROPOUT_BWD, which applies the same mask to dy): argument checks
- * and the scalar f64 reference. Element i is kept iff
- * mr_u32_to_unit_f32(mr_philox_u32(seed, offset, i)) >= p and then scaled by 1/(1-p); so the
- * mask depends only on (seed, offset, i), never on threads or devices, and the backward needs no
- * saved mask. p == 1 drops everything (y = 0, no 1/0); p == 0 is the identity. */
+ * and the scalar f64 reference. Element i is kept iff mr_dropout_keep(mr_philox_u32(seed, offset,
+ * i), p) (core/math/dropout_math.h: its 24-bit uniform is >= p) and then scaled by 1/(1-p); so
+ * the mask depends only on (seed, offset, i), never on threads or devices, and the backward needs
+ * no saved mask. p == 1 drops everything (y = 0, no 1/0); p == 0 is the identity. */
 #include "core/ops_impl.h"
-#include "core/math/philox_math.h"
+#include "core/math/dropout_math.h"
 
 mr_status mr_dropout_fwd_check(const mr_op_args *a) {
     if (!a->in[0].data || !a->out[0].data) return mr_op_error(a, "input and output are required");
@@ -25,7 +25,7 @@ mr_status mr_dropout_fwd_ref(const mr_op_args *a) {
     int64_t n = mr_shape_numel(&a->in[0].shape);
     double scale = p->p < 1.0 ? 1.0 / (1.0 - p->p) : 0.0;
     for (int64_t i = 0; i < n; i++) {
-        int keep = (double)mr_u32_to_unit_f32(mr_philox_u32(p->seed, p->offset, (uint64_t)i)) >= p->p;
+        int keep = mr_dropout_keep(mr_philox_u32(p->seed, p->offset, (uint64_t)i), p->p);
         y[i] = keep && p->p < 1.0 ? x[i] * scale : 0.0;
     }
     return MR_OK;

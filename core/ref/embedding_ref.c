@@ -40,6 +40,16 @@ mr_status mr_embedding_bwd_check(const mr_op_args *a) {
     return emb_shapes(a, &a->out[0], "out[0] (dtable)", &a->in[0], &a->in[1], "in[1] (dy)");
 }
 
+size_t mr_embedding_bwd_workspace(const mr_op_args *a) {
+    /* f32: core/cuda/embedding.cu buckets the n token positions by id: row starts (V+1), fill
+     * cursors (V) and the positions (n), all i32. Asked of every backend because the op table has
+     * one workspace rule per op; the CPU kernel ignores it. f64 (the reference, gradient checks)
+     * needs none: the CUDA kernel then rescans the ids for each row instead. */
+    if (a->in[1].dtype == MR_F64) return 0;
+    int64_t vocab = a->out[0].shape.dim[0], n = mr_shape_numel(&a->in[0].shape);
+    return (size_t)(2 * vocab + 1 + n) * sizeof(int32_t);
+}
+
 /* The first id outside [0, V) as an error, or MR_OK. */
 static mr_status emb_check_ids(const mr_op_args *a, const int32_t *ids, int64_t n, int64_t vocab) {
     for (int64_t i = 0; i < n; i++)

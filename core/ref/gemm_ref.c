@@ -1,6 +1,8 @@
-/* GEMM: argument check and the scalar reference (f64, the oracle for every backend). */
+/* GEMM: argument check and the scalar reference (f64, the oracle for every backend), with the
+ * optional bias and GELU epilogue (see MR_OP_GEMM in ops.h). */
 #include "core/ops_impl.h"
 #include "core/math/half_math.h"
+#include "core/math/unary_math.h"
 
 /* Resolves batch, m, n, k from the views; see MR_OP_GEMM in ops.h. */
 static mr_status gemm_dims(const mr_op_args *a, int64_t *batch, int64_t *m, int64_t *n, int64_t *k, int *b_shared) {
@@ -40,16 +42,45 @@ static int gemm_dtypes_ok(mr_dtype ta, mr_dtype tb, mr_dtype tc) {
     return 0;
 }
 
+/* The epilogue's views: the bias (N) and the pre-activation (C's shape) have C's dtype, so one
+ * rule covers every backend (cuBLASLt's bias and GELU aux default to the output type) and mixed
+ * precision (half A and B, f32 C) gets an f32 bias, which is how the f32 master bias is kept. */
 mr_status mr_gemm_fwd_check(const mr_op_args *a) {
     int64_t batch, m, n, k;
     int shared;
+    const mr_gemm_params *p = &a->p.gemm;
+    if (a->n_in != 3 || a->n_out != 2)
+        return mr_op_error(a, "takes 3 inputs (A, B, bias) and 2 outputs (C, pre), got %d and %d", a->n_in, a->n_out);
     if (!a->in[0].data || !a->in[1].data || !a->out[0].data) return mr_op_error(a, "A, B and C are required");
     mr_dtype ta = a->in[0].dtype, tb = a->in[1].dtype, tc = a->out[0].dtype;
     if (!gemm_dtypes_ok(ta, tb, tc))
         return mr_op_error(a, "A is %s, B %s, C %s; expected {A,B,C} of {f32,f32,f32}, {f64,f64,f64}, "
                               "{bf16,bf16,f32} or {f16,f16,f32}",
                            mr_dtype_name(ta), mr_dtype_name(tb), mr_dtype_name(tc));
-    return gemm_dims(a, &batch, &m, &n, &k, &shared);
+    mr_status st = gemm_dims(a, &batch, &m, &n, &k, &shared);
+    if (st != MR_OK) return st;
+    if (p->epilogue != MR_GEMM_EPI_NONE && p->epilogue != MR_GEMM_EPI_GELU)
+        return mr_op_error(a, "epilogue %d is not MR_GEMM_EPI_NONE (0) or MR_GEMM_EPI_GELU (1)", p->epilogue);
+    if (p->epilogue == MR_GEMM_EPI_GELU && p->beta != 0.0)
+        return mr_op_error(a, "the GELU epilogue takes beta 0, got %g (gelu(alpha*AB + beta*C) would read the C it "
+                              "overwrites; accumulate before the activation instead)",
+                           p->beta);
+    if (a->in[2].data) {
+        mr_shape sn = mr_shape_1d(n);
+        if (a->in[2].dtype != tc)
+            return mr_op_error(a, "bias is %s; it must have C's dtype %s", mr_dtype_name(a->in[2].dtype),
+                               mr_dtype_name(tc));
+        if ((st = mr_op_check_shape(a, &a->in[2], "bias (in[2])", &sn)) != MR_OK) return st;
+    }
+    if (a->out[1].data) {
+        if (p->epilogue != MR_GEMM_EPI_GELU)
+            return mr_op_error(a, "pre (out[1]) is only written with the GELU epilogue; leave it out (data NULL)");
+        if (a->out[1].dtype != tc)
+            return mr_op_error(a, "pre (out[1]) is %s; it must have C's dtype %s", mr_dtype_name(a->out[1].dtype),
+                               mr_dtype_name(tc));
+        if ((st = mr_op_check_shape(a, &a->out[1], "pre (out[1])", &a->out[0].shape)) != MR_OK) return st;
+    }
+    return MR_OK;
 }
 
 /* Element i of a float view as a double: exact for every float type (bf16 and f16 widen exactly). */
@@ -66,6 +97,26 @@ static double ld(const mr_view *v, int64_t i) {
 /* The oracle: sums in f64. Inputs of any float type are read exactly (tests give it f64 copies of
  * the bf16-rounded values, or the bf16 values themselves); C in f64 is the usual use, an f32 C is
  * rounded once at the end (a half C via f32). */
+/* Stores r as element i of a float view (an f32 view rounds once, a half view via f32). */
+static void st_elem(const mr_view *v, int64_t i, double r) {
+    switch (v->dtype) {
+    case MR_F64: ((double *)v->data)[i] = r; break;
+    case MR_F32: ((float *)v->data)[i] = (float)r; break;
+    case MR_BF16: ((uint16_t *)v->data)[i] = mr_f32_to_bf16((float)r); break;
+    case MR_F16: ((uint16_t *)v->data)[i] = mr_f32_to_f16((float)r); break;
+    default: break;
+    }
+}
+
+/* The epilogue on one exact f64 result s = alpha*op(A)op(B) + beta*C of column j, element ci:
+ * adds the bias, stores the pre-activation when asked and returns the value C receives. */
+static double epilogue(const mr_op_args *a, double s, int64_t j, int64_t ci) {
+    if (a->in[2].data) s += ld(&a->in[2], j);
+    if (a->p.gemm.epilogue != MR_GEMM_EPI_GELU) return s;
+    if (a->out[1].data) st_elem(&a->out[1], ci, s);
+    return mr_gelu_f64(s);
+}
+
 mr_status mr_gemm_fwd_ref(const mr_op_args *a) {
     int64_t batch, m, n, k;
     int shared;
@@ -73,6 +124,7 @@ mr_status mr_gemm_fwd_ref(const mr_op_args *a) {
     if (st != MR_OK) return st;
     const mr_view *va = &a->in[0], *vb = &a->in[1], *vc = &a->out[0];
     const mr_gemm_params *p = &a->p.gemm;
+    int plain = !a->in[2].data && p->epilogue == MR_GEMM_EPI_NONE;
     if (va->dtype == MR_F64 && vb->dtype == MR_F64 && vc->dtype == MR_F64) {
         /* the common case (every f64 test and autodiff check), without per-element dispatch */
         const double *A = va->data, *B = vb->data;
@@ -85,7 +137,8 @@ mr_status mr_gemm_fwd_ref(const mr_op_args *a) {
                     double s = 0.0;
                     for (int64_t l = 0; l < k; l++)
                         s += (p->trans_a ? Ab[l * m + i] : Ab[i * k + l]) * (p->trans_b ? Bb[j * k + l] : Bb[l * n + j]);
-                    Cb[i * n + j] = p->alpha * s + (p->beta != 0.0 ? p->beta * Cb[i * n + j] : 0.0);
+                    double r = p->alpha * s + (p->beta != 0.0 ? p->beta * Cb[i * n + j] : 0.0);
+                    Cb[i * n + j] = plain ? r : epilogue(a, r, j, bi * m * n + i * n + j);
                 }
         }
         return MR_OK;
@@ -103,13 +156,7 @@ mr_status mr_gemm_fwd_ref(const mr_op_args *a) {
                 /* beta == 0 ignores C entirely, so NaN garbage in C does not leak (BLAS rule) */
                 int64_t ci = co + i * n + j;
                 double r = p->alpha * s + (p->beta != 0.0 ? p->beta * ld(vc, ci) : 0.0);
-                switch (vc->dtype) {
-                case MR_F64: ((double *)vc->data)[ci] = r; break;
-                case MR_F32: ((float *)vc->data)[ci] = (float)r; break;
-                case MR_BF16: ((uint16_t *)vc->data)[ci] = mr_f32_to_bf16((float)r); break;
-                case MR_F16: ((uint16_t *)vc->data)[ci] = mr_f32_to_f16((float)r); break;
-                default: break;
-                }
+                st_elem(vc, ci, plain ? r : epilogue(a, r, j, ci));
             }
         }
     }

@@ -4,6 +4,7 @@
  * g = dy * gamma: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), dgamma = sum_rows dy * xhat,
  * dbeta = sum_rows dy. */
 #include "core/ops_impl.h"
+#include "core/math/layernorm_math.h"
 
 #include <math.h>
 
@@ -82,7 +83,7 @@ mr_status mr_layernorm_fwd_ref(const mr_op_args *a) {
         for (int64_t j = 0; j < cols; j++) v += (xr[j] - m) * (xr[j] - m);
         v /= (double)cols;
         double r = 1.0 / sqrt(v + eps);
-        for (int64_t j = 0; j < cols; j++) y[i * cols + j] = (xr[j] - m) * r * gamma[j] + beta[j];
+        for (int64_t j = 0; j < cols; j++) y[i * cols + j] = mr_layernorm_y_f64(xr[j], m, r, gamma[j], beta[j]);
         mean[i] = m;
         rstd[i] = r;
     }
@@ -109,8 +110,7 @@ mr_status mr_layernorm_bwd_ref(const mr_op_args *a) {
         sg /= (double)cols;
         sgx /= (double)cols;
         for (int64_t j = 0; j < cols; j++) {
-            double xhat = (xr[j] - mean[i]) * rstd[i];
-            dx[i * cols + j] = rstd[i] * (dyr[j] * gamma[j] - sg - xhat * sgx);
+            dx[i * cols + j] = mr_layernorm_dx_f64(xr[j], mean[i], rstd[i], dyr[j], gamma[j], sg, sgx);
         }
     }
     for (int64_t j = 0; j < cols; j++) {

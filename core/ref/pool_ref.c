@@ -3,6 +3,7 @@
  * numbers (the first NaN, so NaN propagates as in PyTorch), and argmax is its flat index in the
  * H*W plane (-1 if the window held no element). The backward adds dy at argmax. */
 #include "core/ops_impl.h"
+#include "core/math/pool_math.h"
 
 #include <math.h>
 
@@ -81,7 +82,7 @@ mr_status mr_maxpool2d_fwd_ref(const mr_op_args *a) {
                         int64_t ih = i * p->stride_h - p->pad_h + ki, iw = j * p->stride_w - p->pad_w + kj;
                         if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
                         double v = x[(pl * h + ih) * w + iw];
-                        if (arg < 0 || (!isnan(best) && (v > best || isnan(v)))) {
+                        if (mr_maxpool_takes_f64(best, v, arg)) {
                             best = v;
                             arg = ih * w + iw;
                         }

@@ -4,6 +4,7 @@
  * that lives on a device): a label outside [0, C) that is not ignore_index fails the op before
  * any output is written. */
 #include "core/ops_impl.h"
+#include "core/math/softmax_math.h"
 
 #include <math.h>
 
@@ -54,7 +55,7 @@ mr_status mr_softmax_fwd_ref(const mr_op_args *a) {
         for (int64_t j = 0; j < n; j++) s += exp(x[j] - m);
         double ls = log(s);
         for (int64_t j = 0; j < cols; j++)
-            y[j] = j >= n ? 0.0 : (a->op == MR_OP_SOFTMAX ? exp(x[j] - m) / s : x[j] - m - ls);
+            y[j] = j >= n ? 0.0 : (a->op == MR_OP_SOFTMAX ? exp(x[j] - m) / s : mr_log_softmax_f64(x[j], m, ls));
     }
     return MR_OK;
 }
@@ -71,11 +72,11 @@ mr_status mr_softmax_bwd_ref(const mr_op_args *a) {
         if (a->op == MR_OP_SOFTMAX_BWD) {
             /* dx = y * (dy - <dy, y>) */
             for (int64_t j = 0; j < cols; j++) s += dy[j] * y[j];
-            for (int64_t j = 0; j < cols; j++) dx[j] = y[j] * (dy[j] - s);
+            for (int64_t j = 0; j < cols; j++) dx[j] = mr_softmax_grad_f64(y[j], dy[j], s);
         } else {
             /* y = log p: dx = dy - p * sum(dy) */
             for (int64_t j = 0; j < cols; j++) s += dy[j];
-            for (int64_t j = 0; j < cols; j++) dx[j] = dy[j] - exp(y[j]) * s;
+            for (int64_t j = 0; j < cols; j++) dx[j] = mr_log_softmax_grad_f64(y[j], dy[j], s);
         }
     }
     return MR_OK;
@@ -121,7 +122,9 @@ mr_status mr_xent_bwd_check(const mr_op_args *a) {
 }
 
 /* Rejects a label outside [0, C) that is not ignore_index, before any output is written (the CPU
- * kernels use it too; see ops_impl.h). */
+ * kernels use it too; see ops_impl.h). The CUDA kernels do not call it: the labels live on the
+ * device, so there a bad label's row gets a NaN loss and a NaN gradient instead (the trainer's
+ * finite check catches it; core/cuda/softmax.cu). */
 mr_status mr_xent_check_labels(const mr_op_args *a, const int32_t *labels, int64_t n, int64_t c) {
     int64_t ign = a->p.xent.ignore_index;
     for (int64_t i = 0; i < n; i++)
@@ -171,7 +174,7 @@ mr_status mr_xent_bwd_ref(const mr_op_args *a) {
         double *dx = (double *)a->out[0].data + i * c;
         double g = ((const double *)a->in[2].data)[i];
         int ignored = lab[i] == a->p.xent.ignore_index;
-        for (int64_t j = 0; j < c; j++) dx[j] = ignored ? 0.0 : g * (p[j] - (j == lab[i] ? 1.0 : 0.0));
+        for (int64_t j = 0; j < c; j++) dx[j] = ignored ? 0.0 : mr_xent_grad_f64(g, p[j], j == lab[i]);
     }
     return MR_OK;
 }

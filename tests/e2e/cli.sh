@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# End to end through build/mirror: a short training run learns and writes its files, a bad config
+# End to end through build/mirror: `mirror doctor` passes its self-check (and, on a machine without a
+# GPU, says so), a short training run learns and writes its files, a bad config
 # exits 2 naming the key with a HINT, a bad --set exits 2, a missing data file exits 2, a small
 # sweep writes results.csv and skips finished trials when run again.
 # Usage: tests/e2e/cli.sh path/to/mirror  (CTest passes the built binary)
@@ -7,6 +8,17 @@ set -uo pipefail
 mirror=${1:?usage: cli.sh path/to/mirror}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+# 0. mirror doctor: needs no dataset, so it runs (and its failures count) before the skip below
+out=$("$mirror" doctor 2>&1); rc=$?
+echo "$out" | tail -3
+check "doctor exits 0" "[ $rc -eq 0 ]"
+check "doctor's CPU GEMM check passes" "echo \"\$out\" | grep -q '^gemm 256x256x256 f32 on cpu: .*PASS\$'"
+check "doctor names the CPU GEMM provider and MPI" "echo \"\$out\" | grep -q '^cpu gemm: ' && echo \"\$out\" | grep -q '^mpi: '"
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+    check "doctor says there is no GPU, and why" "echo \"\$out\" | grep -q '^gpu: none usable (.*); checking the CPU only\$'"
+fi
+if [ ! -r "$fm/train-images-idx3-ubyte.gz" ] && [ "$fails" -ne 0 ]; then finish; fi
 need_fashion_mnist
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -1,5 +1,5 @@
 /* GPU ops against the f64 reference: GEMM (transposes, batching, shared B, alpha/beta; f32,
- * bf16, f16), every unary forward and backward op, binary ops with broadcasting, every cast pair,
+ * bf16, f16; the bias/GELU epilogue with and without the saved pre-activation; TF32), every unary forward and backward op, binary ops with broadcasting, every cast pair,
  * SGD and AdamW; plus the CUDA backend table itself (alloc/copy round trip, zero-fill, ordering
  * of two streams through an event, ops on an explicit stream).
  *
@@ -45,7 +45,7 @@ static void gemm_case(mr_dtype dt, int64_t batch, int64_t m, int64_t n, int64_t 
     mr_tensor *ta_ = gpu_upload(ha, dt, sa), *tb_ = gpu_upload(hb, dt, sb), *tc = gpu_upload(hc, dt, sc);
     mr_op_args g, r;
     mr_op_args_init(&g, MR_OP_GEMM);
-    g.p.gemm = (mr_gemm_params){ta, tb, alpha, beta};
+    g.p.gemm = (mr_gemm_params){ta, tb, alpha, beta, 0, 0};
     r = g;
     g.in[0] = mr_tensor_as_view(ta_);
     g.in[1] = mr_tensor_as_view(tb_);
@@ -85,6 +85,131 @@ static void test_gemm(void **state) {
     }
     /* f64 runs through DGEMM */
     gemm_case(MR_F64, 2, 33, 17, 65, 1, 0, 0, 1.0, 0.5, 0, seed++);
+}
+
+/* The fused epilogue: bias, GELU, the saved pre-activation, TF32. A and B in dt, C, bias and pre
+ * in out_dt; C and pre start as NaN. Runs twice (bits must match: determinism) and compares C
+ * and pre with the reference. n % 8 != 0 with pre takes the fallback (GEMM into pre, then the
+ * epilogue kernel); n % 8 == 0 the fused cuBLASLt epilogue. */
+typedef struct epi_case {
+    mr_dtype dt, out_dt;
+    int64_t batch, m, n, k;
+    int ta, tb, shared_b, bias, gelu, pre, tf32;
+    double alpha, beta;
+} epi_case;
+
+static void gemm_epi_case(const epi_case *c, uint64_t seed) {
+    int bat = c->batch > 1, bb = bat && !c->shared_b;
+    int64_t batch = c->batch, m = c->m, n = c->n, k = c->k;
+    mr_shape sa = c->ta ? (bat ? mr_shape_3d(batch, k, m) : mr_shape_2d(k, m)) : (bat ? mr_shape_3d(batch, m, k) : mr_shape_2d(m, k));
+    mr_shape sb = c->tb ? (bb ? mr_shape_3d(batch, n, k) : mr_shape_2d(n, k)) : (bb ? mr_shape_3d(batch, k, n) : mr_shape_2d(k, n));
+    mr_shape sc = bat ? mr_shape_3d(batch, m, n) : mr_shape_2d(m, n), sn = mr_shape_1d(n);
+    int64_t na = mr_shape_numel(&sa), nb = mr_shape_numel(&sb), nc = mr_shape_numel(&sc);
+    double *ha = gpu_rand(na, -1, 1, seed, c->dt), *hb = gpu_rand(nb, -1, 1, seed + 1, c->dt);
+    double *hbias = gpu_rand(n, -1, 1, seed + 2, c->out_dt);
+    double *hc = c->beta != 0.0 ? gpu_rand(nc, -1, 1, seed + 3, c->out_dt) : nan_vals(nc);
+    mr_tensor *ta_ = gpu_upload(ha, c->dt, sa), *tb_ = gpu_upload(hb, c->dt, sb);
+    mr_tensor *tbias = gpu_upload(hbias, c->out_dt, sn);
+    mr_op_args g, r;
+    mr_op_args_init(&g, MR_OP_GEMM);
+    g.p.gemm = (mr_gemm_params){c->ta, c->tb, c->alpha, c->beta, c->gelu ? MR_GEMM_EPI_GELU : MR_GEMM_EPI_NONE, c->tf32};
+    r = g;
+    g.in[0] = mr_tensor_as_view(ta_);
+    g.in[1] = mr_tensor_as_view(tb_);
+    r.in[0] = gpu_f64_view(ha, sa);
+    r.in[1] = gpu_f64_view(hb, sb);
+    r.out[0] = gpu_f64_view(hc, sc);
+    if (c->bias) {
+        g.in[2] = mr_tensor_as_view(tbias);
+        r.in[2] = gpu_f64_view(hbias, sn);
+    }
+    if (c->pre) r.out[1] = gpu_f64_view(nan_vals(nc), sc);
+    double *outs[2][2] = {{NULL, NULL}, {NULL, NULL}};
+    for (int run = 0; run < 2; run++) {
+        mr_tensor *tc = gpu_upload(hc, c->out_dt, sc), *tp = gpu_upload(nan_vals(nc), c->out_dt, sc);
+        g.out[0] = mr_tensor_as_view(tc);
+        if (c->pre) g.out[1] = mr_tensor_as_view(tp);
+        MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
+        outs[run][0] = gpu_download(tc);
+        if (c->pre) outs[run][1] = gpu_download(tp);
+    }
+    MR_ASSERT_OK(mr_op_run_ref(&r));
+    double atol, rtol, nmse;
+    gemm_tol(c->dt, &atol, &rtol, &nmse);
+    if (c->dt == MR_F32 && c->tf32) {
+        atol = GPU_TF32_GEMM_ATOL; rtol = GPU_TF32_GEMM_RTOL; nmse = GPU_TF32_GEMM_NMSE;
+    } else if (c->dt == MR_F32 && c->gelu) {
+        atol = GPU_F32_GEMM_GELU_ATOL; rtol = GPU_F32_GEMM_GELU_RTOL; nmse = GPU_F32_GEMM_GELU_NMSE;
+    } else if (c->dt == MR_F64) {
+        atol = 1e-12; rtol = 1e-10; nmse = 1e-20;
+    }
+    char what[240];
+    snprintf(what, sizeof what, "gpu gemm epilogue %s->%s b%lld m%lld n%lld k%lld ta%d tb%d shared%d bias%d gelu%d "
+             "pre%d tf32%d alpha%g beta%g", mr_dtype_name(c->dt), mr_dtype_name(c->out_dt), (long long)batch,
+             (long long)m, (long long)n, (long long)k, c->ta, c->tb, c->shared_b, c->bias, c->gelu, c->pre, c->tf32,
+             c->alpha, c->beta);
+    for (int o = 0; o < (c->pre ? 2 : 1); o++) {
+        for (int64_t i = 0; i < nc; i++)
+            if (memcmp(&outs[0][o][i], &outs[1][o][i], sizeof(double)) != 0)
+                fail_msg("%s: out[%d]: two GPU runs differ at %lld: %.9g vs %.9g (not deterministic)", what, o,
+                         (long long)i, outs[0][o][i], outs[1][o][i]);
+        assert_true(th_compare(what, outs[0][o], MR_F64, r.out[o].data, nc, atol, rtol, nmse));
+    }
+    gpu_free_all();
+}
+
+static void test_gemm_epilogue(void **state) {
+    (void)state;
+    uint64_t seed = 700;
+    const int64_t ns[2] = {48, 53}; /* fused GELU_AUX (ld % 8 == 0) and the fallback kernel */
+    for (int ni = 0; ni < 2; ni++)
+        for (int v = 0; v < 5; v++) {
+            /* bias; GELU; GELU + pre; bias + GELU; bias + GELU + pre */
+            int bias = v == 0 || v >= 3, gelu = v >= 1, pre = v == 2 || v == 4;
+            for (int t = 0; t < 4; t++) {
+                epi_case c = {MR_F32, MR_F32, 1, 37, ns[ni], 29, t & 1, t >> 1, 0, bias, gelu, pre, 0, 1.0, 0.0};
+                gemm_epi_case(&c, seed++);
+            }
+            epi_case batched = {MR_F32, MR_F32, 3, 17, ns[ni], 33, 0, 1, 0, bias, gelu, pre, 0, 0.5, 0.0};
+            gemm_epi_case(&batched, seed++);
+            epi_case shared = {MR_F32, MR_F32, 4, 13, ns[ni], 8, 0, 1, 1, bias, gelu, pre, 0, 1.0, 0.0};
+            gemm_epi_case(&shared, seed++);
+            epi_case shared_t = {MR_F32, MR_F32, 4, 13, ns[ni], 8, 1, 0, 1, bias, gelu, pre, 0, 1.0, 0.0};
+            gemm_epi_case(&shared_t, seed++); /* a shared B with A transposed: stride-0 batches */
+            /* mixed precision: half A and B, f32 C, bias and pre (what mr_graph_linear builds) */
+            epi_case bf = {MR_BF16, MR_F32, 1, 64, ns[ni], 96, 0, 1, 0, bias, gelu, pre, 0, 1.0, 0.0};
+            gemm_epi_case(&bf, seed++);
+            epi_case hf = {MR_F16, MR_F32, 2, 24, ns[ni], 40, 0, 1, 0, bias, gelu, pre, 0, 1.0, 0.0};
+            gemm_epi_case(&hf, seed++);
+            /* all in bf16 (C, bias and pre too) */
+            epi_case bb = {MR_BF16, MR_BF16, 1, 32, ns[ni], 64, 0, 1, 0, bias, gelu, pre, 0, 1.0, 0.0};
+            gemm_epi_case(&bb, seed++);
+            /* f64: DGEMM, then the epilogue kernel */
+            epi_case d = {MR_F64, MR_F64, 2, 9, ns[ni], 17, 1, 0, 0, bias, gelu, pre, 0, 1.0, 0.0};
+            gemm_epi_case(&d, seed++);
+        }
+    /* bias with beta (addmm): C = alpha AB + beta C + bias */
+    epi_case addmm = {MR_F32, MR_F32, 2, 19, 24, 31, 0, 0, 0, 1, 0, 0, 0, 0.7, 0.3};
+    gemm_epi_case(&addmm, seed++);
+    epi_case addmm_bf = {MR_BF16, MR_F32, 1, 19, 24, 31, 1, 1, 0, 1, 0, 0, 0, -1.5, 2.0};
+    gemm_epi_case(&addmm_bf, seed++);
+    /* k = 0: C = bias, then GELU (cuBLAS path) */
+    epi_case k0 = {MR_F32, MR_F32, 1, 8, 16, 0, 0, 0, 0, 1, 1, 1, 0, 1.0, 0.0};
+    gemm_epi_case(&k0, seed++);
+}
+
+/* TF32 (allow_tf32): looser tolerance, plain and with the epilogue, 2-d and batched. */
+static void test_gemm_tf32(void **state) {
+    (void)state;
+    uint64_t seed = 900;
+    for (int t = 0; t < 4; t++) {
+        epi_case plain = {MR_F32, MR_F32, 1, 64, 96, 64, t & 1, t >> 1, 0, 0, 0, 0, 1, 1.0, 0.0};
+        gemm_epi_case(&plain, seed++);
+        epi_case fused = {MR_F32, MR_F32, 1, 64, 96, 64, t & 1, t >> 1, 0, 1, 1, 1, 1, 1.0, 0.0};
+        gemm_epi_case(&fused, seed++);
+        epi_case batched = {MR_F32, MR_F32, 3, 33, 40, 48, t & 1, t >> 1, 0, 1, 0, 0, 1, 0.5, 0.0};
+        gemm_epi_case(&batched, seed++);
+    }
 }
 
 /* ---- unary ------------------------------------------------------------------------------------ */
@@ -428,7 +553,7 @@ static void test_ops_on_stream(void **state) {
     mr_tensor *ty = gpu_upload(nan_vals(m * n), MR_F32, sc);
     mr_op_args g, r;
     mr_op_args_init(&g, MR_OP_GEMM);
-    g.p.gemm = (mr_gemm_params){0, 0, 1.0, 0.0};
+    g.p.gemm = (mr_gemm_params){0, 0, 1.0, 0.0, 0, 0};
     r = g;
     g.stream = s;
     g.in[0] = mr_tensor_as_view(ta);
@@ -474,6 +599,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_backend_copy),  cmocka_unit_test(test_backend_streams),
         cmocka_unit_test(test_ops_on_stream), cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_gemm_epilogue), cmocka_unit_test(test_gemm_tf32),
         cmocka_unit_test(test_unary_fwd),     cmocka_unit_test(test_unary_bwd),
         cmocka_unit_test(test_binary),        cmocka_unit_test(test_cast),
         cmocka_unit_test(test_sgd),           cmocka_unit_test(test_adamw),

@@ -375,6 +375,51 @@ static void test_grad_gemm_layouts(void **state) {
             }
 }
 
+/* The fused linear node (mr_graph_linear: one GEMM with the bias and GELU in its epilogue) with
+ * and without bias and GELU, on a 2-d and a 3-d x: the gradients of x, w and bias (dbias sums
+ * over every leading row; with GELU everything goes through GELU_BWD of the saved pre). A second
+ * linear on top makes the loss depend on the first one's GELU output nonlinearly. */
+static void test_grad_linear(void **state) {
+    (void)state;
+    enum { K = 4, N = 3 };
+    for (int nd = 2; nd <= 3; nd++)
+        for (int with_bias = 0; with_bias < 2; with_bias++)
+            for (int gelu = 0; gelu < 2; gelu++) {
+                char what[64];
+                snprintf(what, sizeof what, "linear %d-d%s%s", nd, with_bias ? " bias" : "", gelu ? " gelu" : "");
+                gc c = {.what = what};
+                MR_ASSERT_OK(mr_graph_new(&c.g));
+                mr_graph *g = c.g;
+                mr_shape sx = nd == 2 ? mr_shape_2d(5, K) : mr_shape_3d(2, 3, K);
+                mr_val x = mr_graph_param(g, "x", MR_F64, sx);
+                mr_val w = mr_graph_param(g, "w", MR_F64, mr_shape_2d(N, K));
+                mr_val b = with_bias ? mr_graph_param(g, "bias", MR_F64, mr_shape_1d(N)) : MR_VAL_NONE;
+                mr_val w2 = mr_graph_param(g, "w2", MR_F64, mr_shape_2d(2, N));
+                mr_val h = mr_graph_linear(g, x, w, b, gelu);
+                mr_val y = mr_graph_linear(g, h, w2, MR_VAL_NONE, 0);
+                MR_ASSERT_OK(mr_graph_status(g));
+                mr_shape sh = mr_graph_shape(g, h), sy = mr_graph_shape(g, y);
+                assert_int_equal(sh.ndim, nd);
+                assert_int_equal(sh.dim[nd - 1], N);
+                double *r = th_alloc(sizeof(double) * (size_t)mr_shape_numel(&sy));
+                th_fill_uniform_f64(r, mr_shape_numel(&sy), -1, 1, 60);
+                mr_val rv = mr_graph_const(g, MR_F64, sy, r);
+                /* plus sum(h^2): the loss also sees h directly */
+                c.loss = mr_graph_add(g, mr_graph_sum(g, mr_graph_mul(g, y, rv), all_axes(g, y)),
+                                      mr_graph_reshape(g, mr_graph_sum(g, mr_graph_mul(g, h, h), all_axes(g, h)),
+                                                       mr_shape_1d(1)));
+                c.loss = mr_graph_reshape(g, c.loss, mr_shape_1d(1));
+                MR_ASSERT_OK(mr_graph_status(g));
+                gc_param(&c, x, -1.5, 1.5, 61);
+                gc_param(&c, w, -1, 1, 62);
+                if (with_bias) gc_param(&c, b, -1, 1, 63);
+                gc_param(&c, w2, -1, 1, 64);
+                gc_build(&c);
+                gc_check(&c);
+                gc_free(&c);
+            }
+}
+
 /* (4) tanh, sigmoid, exp, scale, log, sqrt, div, sub, add with broadcasting, max, log_softmax,
  * dropout (fixed seed), relu, mul, mean, in one graph over a positive x (3,4) and a row b (4). */
 static void test_grad_ops(void **state) {
@@ -561,7 +606,7 @@ int main(void) {
         cmocka_unit_test(test_grad_ops),          cmocka_unit_test(test_grad_cast),
         cmocka_unit_test(test_grad_reuse_unreachable), cmocka_unit_test(test_grad_int_and_intermediate),
         cmocka_unit_test(test_grad_errors),       cmocka_unit_test(test_grad_partial),
-        cmocka_unit_test(test_grad_attention_slices),
+        cmocka_unit_test(test_grad_attention_slices), cmocka_unit_test(test_grad_linear),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     printf("autodiff grad: max |analytic - numeric| over all checks %.2e, max rel %.2e\n", g_max_abs, g_max_rel);

@@ -1,6 +1,8 @@
 /* GEMM: the CPU kernel (whatever provider was chosen at run time) and the built-in fallback
  * against the f64 reference over transposes, batching, shared B, alpha/beta, edge sizes; the
- * gradient identities dA = dC B^T, dB = A^T dC checked by finite differences; error paths. */
+ * bias/GELU epilogue against the reference and against the separate ops; the gradient
+ * identities dA = dC B^T, dB = A^T dC checked by finite differences (the fused op's gradients
+ * are checked through the graph in test_autodiff_grad.c); error paths. */
 #include <stdio.h>
 #include <string.h>
 
@@ -25,7 +27,7 @@ static void run_case(const gemm_case *c, uint64_t seed) {
     mr_shape sc = mat(c->batch, c->m, c->n, batched);
     mr_op_args a32, a64;
     mr_op_args_init(&a32, MR_OP_GEMM);
-    a32.p.gemm = (mr_gemm_params){c->ta, c->tb, c->alpha, c->beta};
+    a32.p.gemm = (mr_gemm_params){c->ta, c->tb, c->alpha, c->beta, 0, 0};
     a64 = a32;
     mr_view views32[3] = {th_view(MR_F32, sa), th_view(MR_F32, sb), th_view(MR_F32, sc)};
     mr_view views64[3] = {th_view(MR_F64, sa), th_view(MR_F64, sb), th_view(MR_F64, sc)};
@@ -67,6 +69,106 @@ static void test_gemm_shapes(void **state) {
         {2, 64, 64, 4096, 0, 0, 0, 1.0, 0.0}, {1, 129, 257, 0, 0, 0, 0, 1.0, 0.5},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(&cases[i], 100 + i);
+}
+
+/* The epilogue (bias, GELU, the saved pre-activation) on the CPU in f32 against the reference in
+ * f64, over the kernel's three batch paths (2-d, shared B folded into rows, per-batch GEMMs
+ * threaded whole or inside), and the f64 CPU path against the reference bit for bit. */
+static void test_gemm_epilogue(void **state) {
+    (void)state;
+    /* batch, m, n, k, trans_a, trans_b, shared B */
+    const int64_t cases[][7] = {
+        {1, 33, 17, 65, 0, 1, 0}, {1, 7, 5, 3, 1, 0, 0}, {4, 16, 24, 32, 0, 1, 1},
+        {3, 9, 11, 13, 1, 1, 0},  {2, 5, 300, 7, 0, 0, 0}, {1, 200, 300, 40, 0, 1, 0},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
+        for (int variant = 0; variant < 4; variant++) {
+            /* 0: bias only, 1: GELU only, 2: bias + GELU, 3: bias + GELU + pre */
+            int64_t batch = cases[ci][0], m = cases[ci][1], n = cases[ci][2], k = cases[ci][3];
+            int ta = (int)cases[ci][4], tb = (int)cases[ci][5], shared = (int)cases[ci][6], batched = batch > 1;
+            int bias = variant != 1, gelu = variant != 0, pre = variant == 3;
+            mr_shape sa = ta ? mat(batch, k, m, batched) : mat(batch, m, k, batched);
+            mr_shape sb = tb ? mat(batch, n, k, batched && !shared) : mat(batch, k, n, batched && !shared);
+            mr_shape sc = mat(batch, m, n, batched);
+            mr_shape sv[4] = {sa, sb, mr_shape_1d(n), sc};
+            mr_view v32[5], v64[5];
+            for (int i = 0; i < 4; i++) {
+                v32[i] = th_view(MR_F32, sv[i]);
+                v64[i] = th_view(MR_F64, sv[i]);
+                int64_t cnt = mr_shape_numel(&sv[i]);
+                /* C starts as NaN: beta 0 must not read it */
+                th_fill_uniform_f64(v64[i].data, cnt, -1.5, 1.5, 300 + 10 * ci + (uint64_t)i);
+                if (i == 3)
+                    for (int64_t e = 0; e < cnt; e++) ((double *)v64[i].data)[e] = 0.0 / 0.0;
+                th_f64_to_f32(v64[i].data, v32[i].data, cnt);
+                th_f32_to_f64(v32[i].data, v64[i].data, cnt);
+            }
+            v32[4] = th_view(MR_F32, sc);
+            v64[4] = th_view(MR_F64, sc);
+            mr_op_args a32, a64;
+            mr_op_args_init(&a32, MR_OP_GEMM);
+            a32.p.gemm = (mr_gemm_params){ta, tb, 0.75, 0.0, gelu ? MR_GEMM_EPI_GELU : MR_GEMM_EPI_NONE, 0};
+            a64 = a32;
+            a32.in[0] = v32[0]; a32.in[1] = v32[1]; a32.out[0] = v32[3];
+            a64.in[0] = v64[0]; a64.in[1] = v64[1]; a64.out[0] = v64[3];
+            if (bias) a32.in[2] = v32[2], a64.in[2] = v64[2];
+            if (pre) a32.out[1] = v32[4], a64.out[1] = v64[4];
+            MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &a32));
+            MR_ASSERT_OK(mr_op_run_ref(&a64));
+            char what[160];
+            snprintf(what, sizeof what, "gemm epilogue b%lld m%lld n%lld k%lld ta%d tb%d shared%d bias%d gelu%d",
+                     (long long)batch, (long long)m, (long long)n, (long long)k, ta, tb, shared, bias, gelu);
+            int64_t nc = mr_shape_numel(&sc);
+            assert_true(th_compare(what, v32[3].data, MR_F32, v64[3].data, nc, TOL_F32_REDUCE_ATOL,
+                                   TOL_F32_REDUCE_RTOL, TOL_F32_REDUCE_NMSE));
+            if (pre)
+                assert_true(th_compare("gemm epilogue pre", v32[4].data, MR_F32, v64[4].data, nc, TOL_F32_REDUCE_ATOL,
+                                       TOL_F32_REDUCE_RTOL, TOL_F32_REDUCE_NMSE));
+            /* the f64 CPU path is the reference itself */
+            mr_op_args c64 = a64;
+            c64.out[0] = th_view(MR_F64, sc);
+            if (pre) c64.out[1] = th_view(MR_F64, sc);
+            MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &c64));
+            assert_memory_equal(c64.out[0].data, v64[3].data, (size_t)nc * sizeof(double));
+            if (pre) assert_memory_equal(c64.out[1].data, v64[4].data, (size_t)nc * sizeof(double));
+            th_free_all();
+        }
+}
+
+/* The fused op gives what the separate ops give: GEMM, then ADD of the bias, then GELU; and the
+ * saved pre-activation is the GEMM + bias. Checked in f64 on the CPU (the reference), where
+ * both must agree to rounding. */
+static void test_gemm_epilogue_matches_ops(void **state) {
+    (void)state;
+    const int64_t M = 6, N = 5, K = 7;
+    mr_view A = th_view(MR_F64, mr_shape_2d(M, K)), B = th_view(MR_F64, mr_shape_2d(N, K));
+    mr_view bias = th_view(MR_F64, mr_shape_1d(N)), C = th_view(MR_F64, mr_shape_2d(M, N));
+    mr_view P = th_view(MR_F64, mr_shape_2d(M, N)), T = th_view(MR_F64, mr_shape_2d(M, N));
+    mr_view U = th_view(MR_F64, mr_shape_2d(M, N)), Y = th_view(MR_F64, mr_shape_2d(M, N));
+    th_fill_uniform_f64(A.data, M * K, -1, 1, 71);
+    th_fill_uniform_f64(B.data, N * K, -1, 1, 72);
+    th_fill_uniform_f64(bias.data, N, -1, 1, 73);
+    mr_op_args a;
+    mr_op_args_init(&a, MR_OP_GEMM);
+    a.p.gemm = (mr_gemm_params){0, 1, 1.0, 0.0, MR_GEMM_EPI_GELU, 0};
+    a.in[0] = A; a.in[1] = B; a.in[2] = bias; a.out[0] = C; a.out[1] = P;
+    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &a));
+    mr_op_args g;
+    mr_op_args_init(&g, MR_OP_GEMM);
+    g.p.gemm = (mr_gemm_params){0, 1, 1.0, 0.0, 0, 0};
+    g.in[0] = A; g.in[1] = B; g.out[0] = T;
+    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &g));
+    mr_op_args ad;
+    mr_op_args_init(&ad, MR_OP_ADD);
+    ad.in[0] = T; ad.in[1] = bias; ad.out[0] = U;
+    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &ad));
+    mr_op_args ge;
+    mr_op_args_init(&ge, MR_OP_GELU);
+    ge.in[0] = U; ge.out[0] = Y;
+    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &ge));
+    assert_true(th_compare("fused pre vs gemm+add", P.data, MR_F64, U.data, M * N, 1e-15, 1e-14, 1e-28));
+    assert_true(th_compare("fused vs gemm+add+gelu", C.data, MR_F64, Y.data, M * N, 1e-15, 1e-14, 1e-28));
+    th_free_all();
 }
 
 /* The built-in kernel, which serves machines without a usable BLAS, checked directly. */
@@ -129,10 +231,10 @@ static void test_gemm_grad(void **state) {
     ctx.nc = M * N;
     mr_op_args g;
     mr_op_args_init(&g, MR_OP_GEMM);
-    g.p.gemm = (mr_gemm_params){0, 1, 1.0, 0.0}; /* dA = R B^T */
+    g.p.gemm = (mr_gemm_params){0, 1, 1.0, 0.0, 0, 0}; /* dA = R B^T */
     g.in[0] = R; g.in[1] = B; g.out[0] = dA;
     MR_ASSERT_OK(mr_op_run_ref(&g));
-    g.p.gemm = (mr_gemm_params){1, 0, 1.0, 0.0}; /* dB = A^T R */
+    g.p.gemm = (mr_gemm_params){1, 0, 1.0, 0.0, 0, 0}; /* dB = A^T R */
     g.in[0] = A; g.in[1] = R; g.out[0] = dB;
     MR_ASSERT_OK(mr_op_run_ref(&g));
     double *num = th_alloc(sizeof(double) * M * K);
@@ -160,6 +262,32 @@ static void test_gemm_errors(void **state) {
     a.in[1] = th_view(MR_F32, mr_shape_2d(4, 6));
     a.n_in = 1;
     assert_int_equal(mr_op_run(MR_DEVICE_CPU, &a), MR_ERR_INVALID);
+    a.n_in = 3;
+    /* the epilogue's views and params */
+    a.in[2] = th_view(MR_F32, mr_shape_1d(5));
+    assert_int_equal(mr_op_run(MR_DEVICE_CPU, &a), MR_ERR_INVALID);
+    assert_non_null(strstr(mr_last_error(), "bias"));
+    a.in[2] = th_view(MR_F64, mr_shape_1d(6));
+    assert_int_equal(mr_op_run(MR_DEVICE_CPU, &a), MR_ERR_INVALID);
+    assert_non_null(strstr(mr_last_error(), "bias is f64"));
+    a.in[2] = th_view(MR_F32, mr_shape_1d(6));
+    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &a));
+    a.out[1] = th_view(MR_F32, mr_shape_2d(3, 6));
+    assert_int_equal(mr_op_run(MR_DEVICE_CPU, &a), MR_ERR_INVALID);
+    assert_non_null(strstr(mr_last_error(), "only written with the GELU"));
+    a.p.gemm.epilogue = MR_GEMM_EPI_GELU;
+    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &a));
+    a.out[1] = th_view(MR_F32, mr_shape_2d(6, 3));
+    assert_int_equal(mr_op_run(MR_DEVICE_CPU, &a), MR_ERR_INVALID);
+    assert_non_null(strstr(mr_last_error(), "pre (out[1])"));
+    a.out[1] = th_view(MR_F32, mr_shape_2d(3, 6));
+    a.p.gemm.beta = 1.0;
+    assert_int_equal(mr_op_run(MR_DEVICE_CPU, &a), MR_ERR_INVALID);
+    assert_non_null(strstr(mr_last_error(), "beta 0"));
+    a.p.gemm.beta = 0.0;
+    a.p.gemm.epilogue = 2;
+    assert_int_equal(mr_op_run(MR_DEVICE_CPU, &a), MR_ERR_INVALID);
+    assert_non_null(strstr(mr_last_error(), "epilogue 2"));
     th_free_all();
 }
 
@@ -174,13 +302,19 @@ static void test_gemm_thread_invariant(void **state) {
         for (int tb = 0; tb < 2; tb++) {
             mr_op_args a;
             mr_op_args_init(&a, MR_OP_GEMM);
-            a.p.gemm = (mr_gemm_params){0, tb, 1.0, 0.0};
+            a.p.gemm = (mr_gemm_params){0, tb, 1.0, 0.0, 0, 0};
             int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
             a.in[0] = th_view(MR_F32, mr_shape_2d(m, k));
             a.in[1] = th_view(MR_F32, tb ? mr_shape_2d(n, k) : mr_shape_2d(k, n));
             a.out[0] = th_view(MR_F32, mr_shape_2d(m, n));
             th_fill_uniform_f32(a.in[0].data, m * k, -1, 1, 21);
             th_fill_uniform_f32(a.in[1].data, n * k, -1, 1, 22);
+            th_check_thread_invariant(&a);
+            /* the epilogue too: bias + GELU + pre */
+            a.p.gemm.epilogue = MR_GEMM_EPI_GELU;
+            a.in[2] = th_view(MR_F32, mr_shape_1d(n));
+            a.out[1] = th_view(MR_F32, mr_shape_2d(m, n));
+            th_fill_uniform_f32(a.in[2].data, n, -1, 1, 23);
             th_check_thread_invariant(&a);
         }
     }
@@ -205,6 +339,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_provider), cmocka_unit_test(test_gemm_shapes), cmocka_unit_test(test_gemm_builtin),
         cmocka_unit_test(test_gemm_grad),     cmocka_unit_test(test_gemm_errors),
+        cmocka_unit_test(test_gemm_epilogue), cmocka_unit_test(test_gemm_epilogue_matches_ops),
         cmocka_unit_test(test_gemm_thread_invariant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

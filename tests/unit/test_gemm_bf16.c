@@ -61,7 +61,7 @@ static void run_case(mr_dtype dt, const gemm_case *c, uint64_t seed, int path) {
     int64_t na = mr_shape_numel(&sa), nb = mr_shape_numel(&sb), nc = mr_shape_numel(&sc);
     mr_op_args g, r;
     mr_op_args_init(&g, MR_OP_GEMM);
-    g.p.gemm = (mr_gemm_params){c->ta, c->tb, c->alpha, c->beta};
+    g.p.gemm = (mr_gemm_params){c->ta, c->tb, c->alpha, c->beta, 0, 0};
     r = g;
     g.in[0] = th_view(dt, sa);
     g.in[1] = th_view(dt, sb);
@@ -233,7 +233,7 @@ static void test_bf16_gemm_ref_reads_bf16(void **state) {
     const int64_t M = 9, N = 12, K = 17;
     mr_op_args g, r;
     mr_op_args_init(&g, MR_OP_GEMM);
-    g.p.gemm = (mr_gemm_params){0, 1, 1.0, 0.0};
+    g.p.gemm = (mr_gemm_params){0, 1, 1.0, 0.0, 0, 0};
     r = g;
     g.in[0] = th_view(MR_BF16, mr_shape_2d(M, K));
     g.in[1] = th_view(MR_BF16, mr_shape_2d(N, K));
@@ -262,7 +262,7 @@ static void test_bf16_gemm_thread_invariant(void **state) {
             int64_t bt = shapes[s][0], m = shapes[s][1], n = shapes[s][2], k = shapes[s][3];
             mr_op_args a;
             mr_op_args_init(&a, MR_OP_GEMM);
-            a.p.gemm = (mr_gemm_params){ta, tb, 1.0, 0.0};
+            a.p.gemm = (mr_gemm_params){ta, tb, 1.0, 0.0, 0, 0};
             a.in[0] = th_view(MR_BF16, ta ? mat(bt, k, m, bt > 1) : mat(bt, m, k, bt > 1));
             a.in[1] = th_view(MR_BF16, tb ? mat(bt, n, k, bt > 1) : mat(bt, k, n, bt > 1));
             a.out[0] = th_view(MR_F32, mat(bt, m, n, bt > 1));

@@ -1,0 +1,97 @@
+/* Vector kernels and graph capture (see vec.h): the CPU loops, and dispatch to core/cuda/vec.cu. */
+#include "core/vec.h"
+#include "core/vec_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static mr_status check(const char *what, const void *y, int64_t n) {
+    if (n < 0) return mr_set_error(MR_ERR_INVALID, "%s: %lld elements", what, (long long)n);
+    if (n > 0 && !y) return mr_set_error(MR_ERR_INVALID, "%s: NULL buffer for %lld elements", what, (long long)n);
+    return MR_OK;
+}
+
+#ifdef MIRROR_HAVE_CUDA
+#define CUDA_OR(call) return (call)
+#else
+#define CUDA_OR(call) return mr_set_error(MR_ERR_NOT_FOUND, "vec: mirror was built without CUDA")
+#endif
+
+mr_status mr_vec_axpby(mr_device d, mr_stream *s, float *y, float a, const float *x, float b, int64_t n) {
+    mr_status st = check("vec_axpby", y, n);
+    if (st == MR_OK) st = check("vec_axpby", x, n);
+    if (st != MR_OK) return st;
+    if (d.kind == MR_DEVICE_CUDA) CUDA_OR(mr_cuda_vec_axpby(d.index, s, y, a, x, b, n));
+    /* the trainer's host loops: acc = w * g, then acc += w * g */
+    if (a == 0.0f) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+        for (int64_t i = 0; i < n; i++) y[i] = b * x[i];
+    } else if (a == 1.0f) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+        for (int64_t i = 0; i < n; i++) y[i] += b * x[i];
+    } else {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+        for (int64_t i = 0; i < n; i++) y[i] = a * y[i] + b * x[i];
+    }
+    return MR_OK;
+}
+
+mr_status mr_vec_scale(mr_device d, mr_stream *s, float *y, float a, int64_t n) {
+    mr_status st = check("vec_scale", y, n);
+    if (st != MR_OK) return st;
+    if (d.kind == MR_DEVICE_CUDA) CUDA_OR(mr_cuda_vec_scale(d.index, s, y, a, n));
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++) y[i] *= a;
+    return MR_OK;
+}
+
+enum { BLOCK = 8192 }; /* optim.c's mr_clip_grad_norm blocks: the same sum, bit for bit */
+
+mr_status mr_vec_sumsq(mr_device d, mr_stream *s, const float *x, int64_t n, double *d_scratch, double *out) {
+    mr_status st = check("vec_sumsq", x, n);
+    if (st != MR_OK) return st;
+    if (d.kind == MR_DEVICE_CUDA) CUDA_OR(mr_cuda_vec_sumsq(d.index, s, x, n, d_scratch, out));
+    int64_t nb = (n + BLOCK - 1) / BLOCK;
+    double *part = calloc((size_t)(nb ? nb : 1), sizeof *part), total = 0.0;
+    if (!part) return mr_set_error(MR_ERR_NOMEM, "vec_sumsq: out of memory for %lld partial sums", (long long)nb);
+#pragma omp parallel for schedule(static) if (nb > 4)
+    for (int64_t b = 0; b < nb; b++) {
+        double sum = 0.0;
+        int64_t e = (b + 1) * BLOCK < n ? (b + 1) * BLOCK : n;
+        for (int64_t i = b * BLOCK; i < e; i++) sum += (double)x[i] * x[i];
+        part[b] = sum;
+    }
+    for (int64_t b = 0; b < nb; b++) total += part[b];
+    free(part);
+    *out = total;
+    return MR_OK;
+}
+
+mr_status mr_capture_begin(mr_device d, mr_stream *s) {
+    if (d.kind == MR_DEVICE_CUDA) CUDA_OR(mr_cuda_capture_begin(d.index, s));
+    return mr_set_error(MR_ERR_UNSUPPORTED, "capture: only the CUDA backend captures graphs");
+}
+
+mr_status mr_capture_end(mr_device d, mr_stream *s, mr_capture **out) {
+    *out = NULL;
+    if (d.kind == MR_DEVICE_CUDA) CUDA_OR(mr_cuda_capture_end(d.index, s, out));
+    return mr_set_error(MR_ERR_UNSUPPORTED, "capture: only the CUDA backend captures graphs");
+}
+
+mr_status mr_capture_launch(mr_capture *c, mr_stream *s) {
+    if (!c) return mr_set_error(MR_ERR_INVALID, "capture: launching a NULL graph");
+#ifdef MIRROR_HAVE_CUDA
+    return mr_cuda_capture_launch(c, s);
+#else
+    (void)s;
+    return mr_set_error(MR_ERR_UNSUPPORTED, "capture: mirror was built without CUDA");
+#endif
+}
+
+void mr_capture_free(mr_capture *c) {
+#ifdef MIRROR_HAVE_CUDA
+    mr_cuda_capture_free(c);
+#else
+    (void)c;
+#endif
+}

@@ -1,0 +1,55 @@
+/* Vector kernels over one device's f32 buffers, and CUDA graph capture: the trainer's per-step
+ * work outside the compiled graph (gradient accumulation, unscaling, clipping, the finite check)
+ * and the replay of a fixed-shape step, for any backend.
+ *
+ * Buffers are memory of device d (host memory for the CPU). On the CPU every call is synchronous
+ * and gives exactly the bits of the host loops in optim/optim.c (same operation order), so the
+ * trainer's device path can be checked against its host path on a machine without a GPU. On CUDA
+ * the calls are asynchronous on stream s (NULL: the device's default stream) except mr_vec_sumsq,
+ * which returns a host value and therefore waits for s.
+ *
+ * C11 and C++ clean; includes no CUDA header. Thread safety: calls on distinct buffers are
+ * independent. Errors: MR_ERR_INVALID (n < 0, a NULL buffer with n > 0), MR_ERR_NOT_FOUND (the
+ * backend is absent), MR_ERR_DEVICE (a CUDA failure). */
+#ifndef MR_VEC_H
+#define MR_VEC_H
+
+#include <stdint.h>
+#include "core/device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Doubles of device scratch mr_vec_sumsq needs (the per-block partial sums). */
+#define MR_VEC_SCRATCH 1024
+
+/* y (n) = a*y + b*x (n); with a == 0, y = b*x and y is not read (so NaN garbage does not survive). */
+mr_status mr_vec_axpby(mr_device d, mr_stream *s, float *y, float a, const float *x, float b, int64_t n) MR_WUR;
+/* y (n) *= a. */
+mr_status mr_vec_scale(mr_device d, mr_stream *s, float *y, float a, int64_t n) MR_WUR;
+/* *out = sum of x[i]^2 (n) in double: inf or NaN when some x[i] is not finite (the squares of finite
+ * floats cannot overflow a double), so one pass gives the clipping norm and the finite check. The
+ * order is fixed (blocks of 8192 elements on the CPU, as mr_clip_grad_norm; a fixed grid on CUDA), so
+ * the bits are the same on every run. d_scratch: MR_VEC_SCRATCH doubles of device memory (unused on
+ * the CPU; may be NULL there). Waits for s. */
+mr_status mr_vec_sumsq(mr_device d, mr_stream *s, const float *x, int64_t n, double *d_scratch, double *out) MR_WUR;
+
+/* ---- CUDA graphs ----
+ * A captured sequence of asynchronous work on one stream, replayed with one launch (removes the
+ * per-kernel launch cost of a step whose shapes and pointers never change). Only the CUDA backend
+ * captures; the CPU returns MR_ERR_UNSUPPORTED from mr_capture_begin. Between begin and end every
+ * call on s is recorded, not run, and nothing may synchronise (no copies to pageable host memory,
+ * no stream_sync). Kernel arguments are frozen at capture: work whose arguments change per run
+ * (dropout offsets) must not be captured. */
+typedef struct mr_capture mr_capture;
+mr_status mr_capture_begin(mr_device d, mr_stream *s) MR_WUR;
+/* Ends the capture begun on s and instantiates it. On error the capture is ended and discarded. */
+mr_status mr_capture_end(mr_device d, mr_stream *s, mr_capture **out) MR_WUR;
+mr_status mr_capture_launch(mr_capture *c, mr_stream *s) MR_WUR;
+void mr_capture_free(mr_capture *c); /* NULL is a no-op */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

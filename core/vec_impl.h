@@ -1,0 +1,22 @@
+/* Private: the CUDA side of core/vec.h (core/cuda/vec.cu), called by core/vec.c. */
+#ifndef MR_VEC_IMPL_H
+#define MR_VEC_IMPL_H
+
+#include "core/vec.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+mr_status mr_cuda_vec_axpby(int device, mr_stream *s, float *y, float a, const float *x, float b, int64_t n);
+mr_status mr_cuda_vec_scale(int device, mr_stream *s, float *y, float a, int64_t n);
+mr_status mr_cuda_vec_sumsq(int device, mr_stream *s, const float *x, int64_t n, double *d_scratch, double *out);
+mr_status mr_cuda_capture_begin(int device, mr_stream *s);
+mr_status mr_cuda_capture_end(int device, mr_stream *s, mr_capture **out);
+mr_status mr_cuda_capture_launch(mr_capture *c, mr_stream *s);
+void mr_cuda_capture_free(mr_capture *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

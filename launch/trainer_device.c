@@ -1,0 +1,251 @@
+/* The trainer's device path (trainer_impl.h): one replica's parameters, gradients, optimizer
+ * state and batches on a device, with the registry's host buffers as the shadow copy that
+ * checkpoints read and write.
+ *
+ * The same code runs with the CPU as the device (mr_train_cfg.device_path): separate host
+ * buffers, copies through the CPU backend, the optimizer through the op table, the vector kernels
+ * of core/vec.h. Their arithmetic is the host path's, so a CPU run of the device path must give
+ * the host path's bits; tests/unit/test_trainer_device.c checks that, which covers everything
+ * here but the CUDA kernels and copies themselves.
+ *
+ * Input batches: a pinned host staging buffer per input, then an asynchronous copy on the
+ * replica's stream. The loss is read back once a step (the trainer's decisions, skip or clip,
+ * are made on the host), which synchronises the stream; the next batch's staging copy runs on the
+ * host while nothing is queued, so there is no copy/compute overlap yet: see the note on issue 8. */
+#include "launch/trainer_impl.h"
+#include "core/log.h"
+#include "core/vec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static mr_copy_kind to_dev(const tr_device *dv) { return dv->dev.kind == MR_DEVICE_CPU ? MR_COPY_H2H : MR_COPY_H2D; }
+static mr_copy_kind to_host(const tr_device *dv) { return dv->dev.kind == MR_DEVICE_CPU ? MR_COPY_H2H : MR_COPY_D2H; }
+
+/* The MPI launcher's local rank (one GPU per rank on a node), 0 when there is none. */
+static int local_rank(void) {
+    const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "MV2_COMM_WORLD_LOCAL_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return 0;
+}
+
+static mr_status dev_alloc(tr_device *dv, size_t bytes, void **out) {
+    mr_status st = dv->be->alloc(dv->dev.index, bytes, out);
+    if (st == MR_OK) st = dv->be->memset_zero(dv->dev.index, *out, bytes, dv->stream);
+    return st;
+}
+
+/* Pinned on a GPU (asynchronous copies), plain memory otherwise. */
+static mr_status host_alloc(tr_device *dv, size_t bytes, void **out) {
+    *out = NULL;
+    if (dv->be->host_alloc) return dv->be->host_alloc(bytes ? bytes : 1, out);
+    *out = malloc(bytes ? bytes : 1);
+    return *out ? MR_OK : mr_set_error(MR_ERR_NOMEM, "trainer: out of host memory for %zu bytes of staging", bytes);
+}
+
+static void host_free(tr_device *dv, void *p) {
+    if (!p) return;
+    if (dv->be->host_free) dv->be->host_free(p);
+    else free(p);
+}
+
+mr_status tr_dev_init(trainer *t, int with_optim) {
+    mr_status st = MR_OK;
+    const mr_train_cfg *c = &t->c;
+    tr_device *dv = &t->dv;
+    if (c->device_kind != MR_DEVICE_CUDA && !c->device_path) return MR_OK;
+    MR_CHECK(!t->zero, MR_ERR_UNSUPPORTED,
+             "distribute.shard_optimizer: not available on GPU replicas yet; HINT: set shard_optimizer: false");
+    dv->on = 1;
+    dv->dev = mr_device_cpu();
+    if (c->device_kind == MR_DEVICE_CUDA) {
+        int count = mr_cuda_device_count();
+        MR_CHECK(count > 0, MR_ERR_NOT_FOUND,
+                 "distribute.devices: a CUDA device was asked for, but %s; HINT: run `mirror doctor`, or train on cpu",
+                 mr_cuda_compiled() ? "no GPU is usable" : "this mirror was built without CUDA");
+        int g = c->gpus[0] >= 0 ? c->gpus[0] : local_rank() % count;
+        MR_CHECK(g < count, MR_ERR_NOT_FOUND,
+                 "distribute.devices: cuda:%d does not exist (%d visible); HINT: check CUDA_VISIBLE_DEVICES", g, count);
+        dv->dev = (mr_device){MR_DEVICE_CUDA, g};
+    }
+    MR_TRY(mr_backend_get(dv->dev.kind, &dv->be));
+    if (dv->dev.kind == MR_DEVICE_CUDA) MR_TRY(dv->be->stream_new(dv->dev.index, &dv->stream));
+    const size_t pb = (size_t)(t->n ? t->n : 1) * sizeof(float);
+    MR_TRY(dev_alloc(dv, pb, (void **)&dv->d_params));
+    MR_TRY(dev_alloc(dv, pb, (void **)&dv->d_grads));
+    if (c->accumulate > 1) MR_TRY(dev_alloc(dv, pb, (void **)&dv->d_acc));
+    MR_TRY(dev_alloc(dv, sizeof(float), (void **)&dv->d_loss_scale));
+    MR_TRY(dev_alloc(dv, MR_VEC_SCRATCH * sizeof(double), (void **)&dv->d_scratch));
+    dv->loss_scale = 0.0f; /* not yet set: the first tr_dev_set_loss_scale copies */
+    MR_TRY(mr_steps_set_device(t->steps, dv->dev, dv->stream, dv->d_params, dv->d_grads, dv->d_loss_scale));
+    if (with_optim) MR_TRY(mr_optim_new_on(&c->optim, t->n, dv->dev, dv->stream, &dv->opt));
+    if (!c->quiet) {
+        char name[32];
+        mr_log_info("training on %s (device path: parameters, gradients and optimizer state on the device)",
+                    mr_device_str(dv->dev, name, sizeof name));
+    }
+    return MR_OK;
+fail:
+    return st;
+}
+
+void tr_dev_free(trainer *t) {
+    tr_device *dv = &t->dv;
+    if (!dv->be) return;
+    if (dv->own_gcomm) mr_comm_free(dv->gcomm);
+    mr_optim_free(dv->opt);
+    for (int i = 0; i < dv->n_in; i++) {
+        dv->be->free(dv->dev.index, dv->in[i].d_x);
+        dv->be->free(dv->dev.index, dv->in[i].d_y);
+        host_free(dv, dv->in[i].h_x);
+        host_free(dv, dv->in[i].h_y);
+    }
+    free(dv->h_read);
+    dv->be->free(dv->dev.index, dv->d_params);
+    dv->be->free(dv->dev.index, dv->d_grads);
+    dv->be->free(dv->dev.index, dv->d_acc);
+    dv->be->free(dv->dev.index, dv->d_loss_scale);
+    dv->be->free(dv->dev.index, dv->d_scratch);
+    if (dv->stream) dv->be->stream_free(dv->stream);
+    memset(dv, 0, sizeof *dv);
+}
+
+mr_status tr_dev_comm(trainer *t) {
+    tr_device *dv = &t->dv;
+    if (!dv->on || !t->comm) return MR_OK;
+    if (dv->dev.kind != MR_DEVICE_CUDA) {
+        dv->gcomm = t->comm; /* host memory: the host communicator moves it */
+        return MR_OK;
+    }
+    /* one NCCL rank per replica, each driven by its own host thread (n_local 1 per call), joined
+     * over the replicas' host communicator (mpi, local threads, or both) */
+    double timeout = t->c.comm_timeout_s > 0 ? t->c.comm_timeout_s : 300.0;
+    mr_status st = mr_comm_nccl_new(&dv->dev.index, 1, t->comm, timeout, &dv->gcomm);
+    if (st == MR_OK) dv->own_gcomm = 1;
+    return st;
+}
+
+/* Copies the optimizer state between the host shadow t->opt and dv->opt. */
+static mr_status copy_optim(trainer *t, int push) {
+    tr_device *dv = &t->dv;
+    if (!dv->opt || !t->opt) return MR_OK;
+    const size_t bytes = (size_t)t->n * sizeof(float);
+    for (int k = 0; k < mr_optim_num_slots(t->opt); k++) {
+        float *h = mr_optim_slot(t->opt, k), *d = mr_optim_slot(dv->opt, k);
+        mr_status st = push ? dv->be->copy(dv->dev.index, d, h, bytes, to_dev(dv), dv->stream)
+                            : dv->be->copy(dv->dev.index, h, d, bytes, to_host(dv), dv->stream);
+        if (st != MR_OK) return st;
+    }
+    if (push) mr_optim_set_steps(dv->opt, mr_optim_steps(t->opt));
+    else mr_optim_set_steps(t->opt, mr_optim_steps(dv->opt));
+    return MR_OK;
+}
+
+mr_status tr_dev_push(trainer *t) {
+    mr_status st = MR_OK;
+    tr_device *dv = &t->dv;
+    if (!dv->on) return MR_OK;
+    MR_TRY(dv->be->copy(dv->dev.index, dv->d_params, mr_params_buffer(t->ps), (size_t)t->n * sizeof(float), to_dev(dv),
+                        dv->stream));
+    MR_TRY(copy_optim(t, 1));
+    /* the host buffers may change as soon as we return */
+    MR_TRY(dv->be->stream_sync(dv->stream));
+fail:
+    return st;
+}
+
+mr_status tr_dev_pull(trainer *t) {
+    mr_status st = MR_OK;
+    tr_device *dv = &t->dv;
+    if (!dv->on) return MR_OK;
+    MR_TRY(dv->be->copy(dv->dev.index, mr_params_buffer(t->ps), dv->d_params, (size_t)t->n * sizeof(float),
+                        to_host(dv), dv->stream));
+    MR_TRY(copy_optim(t, 0));
+    MR_TRY(dv->be->stream_sync(dv->stream));
+fail:
+    return st;
+}
+
+static size_t val_bytes(const mr_step *s, mr_val v) {
+    mr_shape sh = mr_graph_shape(s->g, v);
+    return (size_t)mr_shape_numel(&sh) * mr_dtype_size(mr_graph_dtype(s->g, v));
+}
+
+mr_status tr_dev_feed(tr_device *dv, mr_step *s, const void *x, const void *y) {
+    mr_status st = MR_OK;
+    if (!dv->on) {
+        MR_TRY(mr_plan_bind(s->plan, s->io.x, (void *)x));
+        MR_TRY(mr_plan_bind(s->plan, s->io.y, (void *)y));
+        return MR_OK;
+    }
+    tr_dev_inputs *in = NULL;
+    for (int i = 0; i < dv->n_in && !in; i++)
+        if (dv->in[i].s == s) in = &dv->in[i];
+    if (!in) {
+        /* first batch for this step: its device buffers, bound once (a captured graph keeps them) */
+        MR_CHECK(dv->n_in < TR_DEV_MAX_STEPS, MR_ERR_INTERNAL, "trainer: more than %d compiled steps on the device",
+                 TR_DEV_MAX_STEPS);
+        in = &dv->in[dv->n_in++];
+        memset(in, 0, sizeof *in);
+        in->s = s;
+        in->bx = val_bytes(s, s->io.x);
+        in->by = val_bytes(s, s->io.y);
+        MR_TRY(dev_alloc(dv, in->bx, &in->d_x));
+        MR_TRY(dev_alloc(dv, in->by, &in->d_y));
+        if (dv->dev.kind != MR_DEVICE_CPU) {
+            MR_TRY(host_alloc(dv, in->bx, &in->h_x));
+            MR_TRY(host_alloc(dv, in->by, &in->h_y));
+        }
+        MR_TRY(mr_plan_bind(s->plan, s->io.x, in->d_x));
+        MR_TRY(mr_plan_bind(s->plan, s->io.y, in->d_y));
+    }
+    if (dv->dev.kind == MR_DEVICE_CPU) {
+        MR_TRY(dv->be->copy(0, in->d_x, x, in->bx, MR_COPY_H2H, NULL));
+        MR_TRY(dv->be->copy(0, in->d_y, y, in->by, MR_COPY_H2H, NULL));
+        return MR_OK;
+    }
+    /* the staging buffers were last read by the previous batch's copy, which completed before
+     * that step's loss was read back (the stream was synchronised) */
+    memcpy(in->h_x, x, in->bx);
+    memcpy(in->h_y, y, in->by);
+    MR_TRY(dv->be->copy(dv->dev.index, in->d_x, in->h_x, in->bx, MR_COPY_H2D, dv->stream));
+    MR_TRY(dv->be->copy(dv->dev.index, in->d_y, in->h_y, in->by, MR_COPY_H2D, dv->stream));
+fail:
+    return st;
+}
+
+mr_status tr_dev_read(tr_device *dv, mr_step *s, mr_val v, size_t bytes, const void **out) {
+    mr_status st = MR_OK;
+    const void *src = mr_plan_data(s->plan, v);
+    *out = NULL;
+    MR_CHECK(src, MR_ERR_INTERNAL, "trainer: value %d of the step is not kept", (int)v.id);
+    if (!dv->on) {
+        *out = src;
+        return MR_OK;
+    }
+    if (bytes > dv->h_read_bytes) {
+        void *p = realloc(dv->h_read, bytes);
+        MR_CHECK(p, MR_ERR_NOMEM, "trainer: out of host memory for %zu bytes of results", bytes);
+        dv->h_read = p;
+        dv->h_read_bytes = bytes;
+    }
+    MR_TRY(dv->be->copy(dv->dev.index, dv->h_read, src, bytes, to_host(dv), dv->stream));
+    MR_TRY(dv->be->stream_sync(dv->stream));
+    *out = dv->h_read;
+fail:
+    return st;
+}
+
+mr_status tr_dev_set_loss_scale(trainer *t, mr_step *s, float scale) {
+    tr_device *dv = &t->dv;
+    s->loss_scale = scale;
+    if (!dv->on || dv->loss_scale == scale) return MR_OK;
+    /* a pageable source: the copy has read it when the call returns */
+    mr_status st = dv->be->copy(dv->dev.index, dv->d_loss_scale, &s->loss_scale, sizeof(float), to_dev(dv), dv->stream);
+    if (st == MR_OK && dv->dev.kind != MR_DEVICE_CPU) st = dv->be->stream_sync(dv->stream);
+    if (st == MR_OK) dv->loss_scale = scale;
+    return st;
+}
