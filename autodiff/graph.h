@@ -184,7 +184,9 @@ void mr_plan_set_dropout_step(mr_plan *p, uint64_t step);
 int mr_plan_has_dropout(const mr_plan *p);
 /* CUDA plans on a stream: with on, a full run (mr_plan_run, or mr_plan_run_range over every
  * kernel) is captured into a CUDA graph the first time and replayed after that; rebinding anything
- * recaptures at the next full run. Partial ranges and profiling run kernel by kernel. Errors:
+ * recaptures at the next full run. Partial ranges and profiling run kernel by kernel; a capture
+ * that fails (a library call that may not be captured) is logged and the plan goes on kernel by
+ * kernel. Errors:
  * MR_ERR_UNSUPPORTED for a CPU plan or a plan with dropout (its per-step masks would be frozen). */
 mr_status mr_plan_set_graphs(mr_plan *p, int on) MR_WUR;
 /* How many runs were captured (1 in a steady training loop; more means rebinding). */

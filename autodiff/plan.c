@@ -12,6 +12,7 @@
  * bound inputs/params when a binding changed, then calls the kernels in order: no allocation, no
  * checks, no shape arithmetic per step. */
 #include "autodiff/graph_impl.h"
+#include "core/log.h"
 #include "core/vec.h"
 #include "core/backend_impl.h"
 
@@ -302,19 +303,25 @@ mr_status mr_plan_run_range(mr_plan *p, int32_t first, int32_t last) {
     if (p->graphs && !p->profile && first == 0 && last == p->nnodes) {
         if (!p->capture) {
             mr_status st = mr_capture_begin(p->dev, p->stream);
-            if (st != MR_OK) return st;
+            const int began = st == MR_OK;
             for (int32_t n = 0; n < p->nnodes && st == MR_OK; n++) st = p->fns[n](&p->args[n]);
             mr_capture *c = NULL;
-            mr_status st2 = mr_capture_end(p->dev, p->stream, &c);
-            if (st == MR_OK) st = st2;
-            if (st != MR_OK) {
-                mr_capture_free(c);
-                return st;
+            if (began) { /* always ended, even when a kernel failed inside it */
+                mr_status st2 = mr_capture_end(p->dev, p->stream, &c);
+                if (st == MR_OK) st = st2;
             }
-            p->capture = c;
-            p->captures++;
+            if (st == MR_OK) {
+                p->capture = c;
+                p->captures++;
+            } else {
+                /* a kernel that cannot be captured (a library allocating or synchronising on
+                 * first use): nothing ran, so run uncaptured from now on */
+                mr_capture_free(c);
+                mr_log_warn("plan: CUDA graph capture failed, running kernel by kernel: %s", mr_last_error());
+                p->graphs = 0;
+            }
         }
-        return mr_capture_launch(p->capture, p->stream);
+        if (p->capture) return mr_capture_launch(p->capture, p->stream);
     }
     if (!p->profile) {
         for (int32_t n = first; n < last; n++) {

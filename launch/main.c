@@ -183,6 +183,9 @@ static mr_status to_train_cfg(const mr_experiment *e, const char *run_dir, mr_tr
             return mr_set_error(MR_ERR_INVALID, "distribute.devices: '%s' is not a device; HINT: cpu:N, cuda:N, or cuda "
                                                 "(a GPU per MPI rank)", d);
         if (dev.kind == MR_DEVICE_CUDA) {
+            for (int j = 0; j < ngpu; j++)
+                MR_CHECK_RET(c->gpus[j] != dev.index, MR_ERR_INVALID,
+                             "distribute.devices: cuda:%d is listed twice; HINT: one replica per GPU", dev.index);
             MR_CHECK_RET(ngpu < (int)(sizeof c->gpus / sizeof *c->gpus), MR_ERR_INVALID,
                          "distribute.devices: at most %d GPUs per process", (int)(sizeof c->gpus / sizeof *c->gpus));
             c->gpus[ngpu++] = dev.index;

@@ -656,15 +656,22 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
              * the loss and any stop request agreed, so every replica takes the same decisions */
             double t5 = now_s();
             double agree[2] = {step_loss, stop};
-            /* NCCL runs on its own stream: the accumulation and any injected value must be done */
-            if (dp) MR_TRY(dv->be->stream_sync(dv->stream));
+            if (dp) {
+                /* NCCL runs on its own stream: the accumulation and any injected value must be
+                 * done. The host agreement goes first: it doubles as a per-step barrier, so a
+                 * replica that failed before the exchange aborts the others through their host
+                 * communicator instead of leaving them in an NCCL kernel until the deadline, and
+                 * no replica launches NCCL's spinning kernels while another still allocates */
+                MR_TRY(dv->be->stream_sync(dv->stream));
+                MR_TRY(mr_comm_allreduce(comm, agree, 2, MR_F64, MR_REDUCE_SUM));
+            }
             if (queue) /* what the backward did not hide */
                 for (int b = 0; b < nbuckets; b++) MR_TRY(mr_comm_queue_wait(queue, buckets[b].ticket));
             else if (tr.zero)
                 MR_TRY(tr_zero_reduce(&tr, g));
             else if (!no_allreduce)
                 MR_TRY(mr_comm_allreduce(gcomm, g, n, MR_F32, MR_REDUCE_AVG)); /* NCCL on device memory */
-            MR_TRY(mr_comm_allreduce(comm, agree, 2, MR_F64, MR_REDUCE_SUM));
+            if (!dp) MR_TRY(mr_comm_allreduce(comm, agree, 2, MR_F64, MR_REDUCE_SUM));
             step_loss = agree[0] / (double)tr.world;
             stop = agree[1] > 0;
             t_comm += now_s() - t5;
@@ -844,6 +851,9 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
         MR_TRY(generate(c, tr.steps, &tr.dv, vocab, nvocab, res));
     res->compilations = mr_steps_compilations(tr.steps);
 fail:
+    /* a failed GPU replica aborts its NCCL communicator now: tearing it down politely would wait
+     * for peers that will never finish the collective */
+    if (st != MR_OK && tr.dv.own_gcomm) mr_comm_abort(tr.dv.gcomm, 1, mr_last_error());
     if (metrics) fclose(metrics);
     free(acc);
     mr_comm_queue_free(queue);

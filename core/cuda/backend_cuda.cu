@@ -296,8 +296,14 @@ fail:
     return st;
 }
 
+/* gemm.cu: the cuBLASLt workspace of a stream about to be destroyed (NULL if none), to free. */
+extern "C" void *mr_cuda_gemm_stream_release(int device, cudaStream_t s);
+
 static void cuda_stream_free(mr_stream *s) {
     if (!s) return;
+    /* before the destroy: the free's event on the legacy stream then follows the stream's queued
+     * GEMMs, which may still be using the workspace */
+    cuda_free(s->device, mr_cuda_gemm_stream_release(s->device, s->s));
     if (cudaSetDevice(s->device) == cudaSuccess) {
         if (s->blas) (void)cublasDestroy(s->blas);
         (void)cudaStreamDestroy(s->s);

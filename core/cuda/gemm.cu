@@ -240,6 +240,28 @@ static void lt_workspace(int device, cudaStream_t s, void **ws, size_t *bytes) {
     *bytes = p ? LT_WORKSPACE_BYTES : 0;
 }
 
+/* Called by the backend's stream_free (backend_cuda.cu) before it destroys stream s of `device`:
+ * forgets the stream's workspace slot and returns the buffer for the caller to free (NULL if it
+ * had none). Without this a slot outlives its stream: a later stream created at the same address
+ * would share the scratch with GEMMs still queued on the dead one, and a process that creates
+ * more than LT_MAX_WS streams over its life would run every later GEMM without workspace while
+ * keeping the dead streams' 32 MiB each. The caller's free is ordered after the stream's queued
+ * work (a blocking stream; see alloc_cache.c). */
+extern "C" void *mr_cuda_gemm_stream_release(int device, cudaStream_t s) {
+    void *p = NULL;
+    pthread_mutex_lock(&g_lt_mu);
+    for (int i = 0; i < LT_MAX_WS; i++) {
+        lt_ws *w = &g_lt_ws[i];
+        if (w->used && w->device == device && w->stream == s) {
+            p = w->ptr;
+            memset(w, 0, sizeof *w);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g_lt_mu);
+    return p;
+}
+
 /* A new column-major layout (rows x cols, ld) of type t with `batch` matrices `stride` apart. */
 static mr_status lt_layout(cublasLtMatrixLayout_t *out, cudaDataType t, int64_t rows, int64_t cols, int64_t ld,
                            int64_t batch, int64_t stride) {

@@ -147,7 +147,8 @@ __device__ __forceinline__ void rplan_red(const mr_rplan &p, int64_t s, int64_t 
  * operand offsets off[] for target element `to`; operator()(a, b) combining two partials; and
  * store(to, acc). */
 
-/* Nothing reduced (ns == 1): one thread per element of the (nq, len) iteration. */
+/* Nothing reduced (ns == 1 and the innermost run kept): one thread per element of the (nq, len)
+ * iteration. */
 template <int NOP, typename F>
 __global__ void mr_red_flat_kernel(mr_rplan p, F f) {
     const int64_t n = p.nq * p.len;
@@ -233,7 +234,7 @@ __global__ void __launch_bounds__(NX *RY) mr_red_rows_kernel(mr_rplan p, F f) {
 /* Launches the kernel the plan calls for. */
 template <int NOP, typename F>
 static void rplan_launch(const mr_rplan *p, const F &f, cudaStream_t s) {
-    if (p->ns == 1) {
+    if (p->ns == 1 && p->inner_kept) { /* ns counts only the outer reduced runs */
         mr_red_flat_kernel<NOP><<<mr_cuda_grid(p->nq * p->len), MR_CUDA_BLOCK, 0, s>>>(*p, f);
     } else if (p->inner_kept) {
         int64_t ntile;
