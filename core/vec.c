@@ -2,8 +2,6 @@
 #include "core/vec.h"
 #include "core/vec_impl.h"
 
-#include <math.h>
-#include <stdlib.h>
 
 static mr_status check(const char *what, const void *y, int64_t n) {
     if (n < 0) return mr_set_error(MR_ERR_INVALID, "%s: %lld elements", what, (long long)n);
@@ -45,24 +43,28 @@ mr_status mr_vec_scale(mr_device d, mr_stream *s, float *y, float a, int64_t n) 
     return MR_OK;
 }
 
-enum { BLOCK = 8192 }; /* optim.c's mr_clip_grad_norm blocks: the same sum, bit for bit */
+enum { BLOCK = 8192, GROUP = 512 };
 
 mr_status mr_vec_sumsq(mr_device d, mr_stream *s, const float *x, int64_t n, double *d_scratch, double *out) {
     mr_status st = check("vec_sumsq", x, n);
     if (st != MR_OK) return st;
     if (d.kind == MR_DEVICE_CUDA) CUDA_OR(mr_cuda_vec_sumsq(d.index, s, x, n, d_scratch, out));
-    int64_t nb = (n + BLOCK - 1) / BLOCK;
-    double *part = calloc((size_t)(nb ? nb : 1), sizeof *part), total = 0.0;
-    if (!part) return mr_set_error(MR_ERR_NOMEM, "vec_sumsq: out of memory for %lld partial sums", (long long)nb);
-#pragma omp parallel for schedule(static) if (nb > 4)
-    for (int64_t b = 0; b < nb; b++) {
-        double sum = 0.0;
-        int64_t e = (b + 1) * BLOCK < n ? (b + 1) * BLOCK : n;
-        for (int64_t i = b * BLOCK; i < e; i++) sum += (double)x[i] * x[i];
-        part[b] = sum;
+    /* per-block sums in double, added in block order: the same bits for any thread count; blocks
+     * go in groups so the partials fit on the stack (no allocation, no failure) */
+    const int64_t nb = (n + BLOCK - 1) / BLOCK;
+    double total = 0.0;
+    for (int64_t g0 = 0; g0 < nb; g0 += GROUP) {
+        double part[GROUP];
+        const int64_t ng = nb - g0 < GROUP ? nb - g0 : GROUP;
+#pragma omp parallel for schedule(static) if (ng > 4)
+        for (int64_t b = 0; b < ng; b++) {
+            double sum = 0.0;
+            const int64_t lo = (g0 + b) * BLOCK, hi = lo + BLOCK < n ? lo + BLOCK : n;
+            for (int64_t i = lo; i < hi; i++) sum += (double)x[i] * x[i];
+            part[b] = sum;
+        }
+        for (int64_t b = 0; b < ng; b++) total += part[b];
     }
-    for (int64_t b = 0; b < nb; b++) total += part[b];
-    free(part);
     *out = total;
     return MR_OK;
 }

@@ -30,7 +30,7 @@ mr_status mr_vec_axpby(mr_device d, mr_stream *s, float *y, float a, const float
 mr_status mr_vec_scale(mr_device d, mr_stream *s, float *y, float a, int64_t n) MR_WUR;
 /* *out = sum of x[i]^2 (n) in double: inf or NaN when some x[i] is not finite (the squares of finite
  * floats cannot overflow a double), so one pass gives the clipping norm and the finite check. The
- * order is fixed (blocks of 8192 elements on the CPU, as mr_clip_grad_norm; a fixed grid on CUDA), so
+ * order is fixed (blocks of 8192 elements on the CPU, which mr_clip_grad_norm uses; a fixed grid on CUDA), so
  * the bits are the same on every run. d_scratch: MR_VEC_SCRATCH doubles of device memory (unused on
  * the CPU; may be NULL there). Waits for s. */
 mr_status mr_vec_sumsq(mr_device d, mr_stream *s, const float *x, int64_t n, double *d_scratch, double *out) MR_WUR;

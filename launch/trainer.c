@@ -707,8 +707,11 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
             }
         } else {
             MR_CHECK(isfinite(step_loss), MR_ERR_INVALID,
-                     "non-finite loss (%g) at step %lld; HINT: lower optimizer.lr or set optimizer.grad_clip", step_loss,
-                     (long long)step);
+                     "non-finite loss (%g) at step %lld; HINT: lower optimizer.lr or set optimizer.grad_clip%s", step_loss,
+                     (long long)step,
+                     dp && dv->dev.kind == MR_DEVICE_CUDA
+                         ? " (on a GPU a label or token id outside [0, classes or vocab) also gives a NaN loss)"
+                         : "");
             if (c->inject_nonfinite_at == step + 1) apply = 0; /* an injected inf without a scaler: drop it */
         }
         double lr = mr_schedule_lr(&c->schedule, c->optim.lr, step);

@@ -163,35 +163,15 @@ double mr_schedule_lr(const mr_schedule_cfg *s, double lr, int64_t t) {
 
 /* ---- clipping and loss scaling ---------------------------------------------------------------- */
 
-enum { BLOCK = 8192 };
-
 void mr_clip_grad_norm(float *grads, int64_t n, double max_norm, double *norm) {
-    /* per-block sums in double, added in block order: the same bits for any thread count */
-    int64_t nb = (n + BLOCK - 1) / BLOCK;
-    double *part = calloc((size_t)(nb ? nb : 1), sizeof *part), total = 0.0;
-    if (!part) { /* no memory for partials: one sequential pass, same order of blocks */
-        for (int64_t b = 0; b < nb; b++) {
-            double s = 0.0;
-            for (int64_t i = b * BLOCK; i < n && i < (b + 1) * BLOCK; i++) s += (double)grads[i] * grads[i];
-            total += s;
-        }
-    } else {
-#pragma omp parallel for schedule(static) if (nb > 4)
-        for (int64_t b = 0; b < nb; b++) {
-            double s = 0.0;
-            int64_t e = (b + 1) * BLOCK < n ? (b + 1) * BLOCK : n;
-            for (int64_t i = b * BLOCK; i < e; i++) s += (double)grads[i] * grads[i];
-            part[b] = s;
-        }
-        for (int64_t b = 0; b < nb; b++) total += part[b];
-        free(part);
-    }
+    /* core/vec.h's fixed-order sum (the device path's, on a GPU too) */
+    double total = 0.0;
+    if (mr_vec_sumsq(mr_device_cpu(), NULL, grads, n, NULL, &total) != MR_OK) total = NAN; /* only n < 0 */
     double nrm = sqrt(total);
     if (norm) *norm = nrm;
     if (max_norm > 0 && isfinite(nrm) && nrm > max_norm) {
-        const float f = (float)(max_norm / (nrm + 1e-6));
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-        for (int64_t i = 0; i < n; i++) grads[i] *= f;
+        mr_status st = mr_vec_scale(mr_device_cpu(), NULL, grads, (float)(max_norm / (nrm + 1e-6)), n);
+        (void)st; /* cannot fail: the sum above checked grads and n */
     }
 }
 

@@ -313,6 +313,17 @@ void th_expect_invalid_cpu_ref(const mr_op_args *a, const char *name) {
 
 int th_have_fashion_mnist(void) { return access(TH_FM "train-images-idx3-ubyte.gz", R_OK) == 0; }
 
+const char *th_tiny_text(void) {
+    const char *text = th_tmp_path("text.txt");
+    if (access(text, R_OK) != 0) {
+        FILE *f = fopen(text, "w");
+        assert_non_null(f);
+        for (int i = 0; i < 400; i++) fprintf(f, "In the beginning %d was the word; and the word was %d.\n", i, i * 7 % 13);
+        assert_int_equal(fclose(f), 0);
+    }
+    return text;
+}
+
 void th_fashion_mlp(mr_train_cfg *c, int64_t hidden, int64_t steps, int64_t batch) {
     *c = mr_train_cfg_default();
     c->model = mr_model_cfg_default(MR_MODEL_MLP);

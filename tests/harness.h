@@ -53,6 +53,10 @@ int th_have_fashion_mnist(void);
  * directory. Tests adjust what they need. (A function so the header needs no trainer include.) */
 void th_fashion_mlp(struct mr_train_cfg *c, int64_t hidden, int64_t steps, int64_t batch);
 
+/* "<scratch>/text.txt": a small generated text (400 numbered lines) for character-GPT tests that
+ * need no dataset, written on first use (needs th_tmpdir_setup). */
+const char *th_tiny_text(void);
+
 /* Deterministic uniform values in [lo, hi) from Philox (seed, stream position). */
 void th_fill_uniform_f64(double *x, int64_t n, double lo, double hi, uint64_t seed);
 void th_fill_uniform_f32(float *x, int64_t n, float lo, float hi, uint64_t seed);

@@ -13,8 +13,8 @@
  * Labels: the CPU kernels reject a label outside [0, C) that is not ignore_index before writing
  * anything (mr_xent_check_labels). Here the labels live on the device and checking them on the
  * host would cost a copy and a sync per step, so the kernels do not fail: such a row gets a NaN
- * loss and a NaN gradient row (its probabilities are still written), which the trainer's global
- * finite check turns into a skipped step. */
+ * loss and a NaN gradient row (its probabilities are still written), which the trainer's finite
+ * check catches: a skipped step under loss scaling, otherwise a "non-finite loss" error. */
 #include "core/cuda/cuda_impl.h"
 #include "core/cuda/rows_impl.h"
 #include "core/math/softmax_math.h"

@@ -83,13 +83,7 @@ static mr_train_cfg cnn(int64_t steps) {
 }
 
 static mr_train_cfg tiny_gpt(int64_t steps, double dropout) {
-    const char *text = th_tmp_path("text.txt");
-    if (access(text, R_OK) != 0) {
-        FILE *f = fopen(text, "w");
-        assert_non_null(f);
-        for (int i = 0; i < 400; i++) fprintf(f, "In the beginning %d was the word; and the word was %d.\n", i, i * 7 % 13);
-        fclose(f);
-    }
+    const char *text = th_tiny_text();
     mr_train_cfg c = mlp(steps);
     c.model = mr_model_cfg_default(MR_MODEL_GPT);
     c.model.context = 32;

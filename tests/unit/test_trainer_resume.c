@@ -33,13 +33,7 @@ static mr_train_cfg small_mlp(const char *dir) {
 
 /* A tiny character GPT with dropout on a generated text (so the test needs no dataset). */
 static mr_train_cfg tiny_gpt(const char *dir) {
-    const char *text = th_tmp_path("text.txt");
-    if (access(text, R_OK) != 0) {
-        FILE *f = fopen(text, "w");
-        assert_non_null(f);
-        for (int i = 0; i < 400; i++) fprintf(f, "In the beginning %d was the word; and the word was %d.\n", i, i * 7 % 13);
-        fclose(f);
-    }
+    const char *text = th_tiny_text();
     mr_train_cfg c = small_mlp(dir);
     c.model = mr_model_cfg_default(MR_MODEL_GPT);
     c.model.context = 16;
