@@ -49,6 +49,17 @@ out=$("$mirror" train "$root/configs/default.yaml" --set data.train.images=/none
 check "missing data file exits 2 naming it" "[ $rc -eq 2 ] && echo \"\$out\" | grep -q '/nonexistent.gz'"
 out=$("$mirror" frobnicate 2>&1); rc=$?
 check "unknown command exits 2" "[ $rc -eq 2 ]"
+out=$("$mirror" train "$root/configs/default.yaml" --set 'distribute.devices=[gpu0]' 2>&1); rc=$?
+check "a bad device name exits 2 with a HINT" "[ $rc -eq 2 ] && echo \"\$out\" | grep -q \"'gpu0' is not a device\" && echo \"\$out\" | grep -q '^HINT: '"
+out=$("$mirror" train "$root/configs/default.yaml" --set 'distribute.devices=[cuda:0, cuda:0]' 2>&1); rc=$?
+check "a GPU listed twice exits 2" "[ $rc -eq 2 ] && echo \"\$out\" | grep -q 'cuda:0 is listed twice'"
+out=$("$mirror" train "$root/configs/default.yaml" --set 'distribute.devices=[cpu:0, cuda:0]' 2>&1); rc=$?
+check "CPU and GPU replicas mixed exits 2" "[ $rc -eq 2 ] && echo \"\$out\" | grep -q 'cannot be mixed'"
+if ! nvidia-smi -L >/dev/null 2>&1; then
+    out=$("$mirror" train "$root/configs/default.yaml" --set 'distribute.devices=[cuda:0]' --set train.steps=60 \
+        --set schedule.warmup=10 --set "checkpoint.dir=$tmp/gpu" 2>&1); rc=$?
+    check "training on cuda:0 without a GPU fails with a HINT" "[ $rc -ne 0 ] && echo \"\$out\" | grep -q 'a CUDA device was asked for' && echo \"\$out\" | grep -q 'HINT'"
+fi
 
 # 3. a 2-trial grid sweep, run twice: the second run skips both trials
 cat >"$tmp/sweep.yaml" <<YAML
