@@ -82,6 +82,9 @@ static void same(const char *what, mr_train_cfg c) {
     assert_true(memcmp(&rh.eval_loss, &rd.eval_loss, sizeof(double)) == 0 || (isnan(rh.eval_loss) && isnan(rd.eval_loss)));
     assert_true(memcmp(&rh.eval_accuracy, &rd.eval_accuracy, sizeof(double)) == 0 ||
                 (isnan(rh.eval_accuracy) && isnan(rd.eval_accuracy)));
+    assert_true(memcmp(&rh.eval_perplexity, &rd.eval_perplexity, sizeof(double)) == 0 ||
+                (isnan(rh.eval_perplexity) && isnan(rd.eval_perplexity)));
+    assert_string_equal(rh.sample, rd.sample); /* generation read the logits back from the device */
     assert_int_equal(rh.skipped_steps, rd.skipped_steps);
     assert_true(rh.loss_scale == rd.loss_scale);
     fprintf(stderr, "%s: %lld steps bit-identical (last loss %.6f, eval accuracy %.4f, %lld skipped)\n", what,
@@ -138,6 +141,34 @@ static void test_two_replicas(void **state) {
     same("2 local replicas", c);
 }
 
+/* The CNN (conv, pooling) and a character GPT with dropout (masks drawn per step on the device
+ * buffers) and text generation, which reads the logits back from the device. */
+static void test_cnn_gpt(void **state) {
+    (void)state;
+    if (th_have_fashion_mnist()) {
+        mr_train_cfg c = small_mlp(8);
+        c.model = mr_model_cfg_default(MR_MODEL_CNN);
+        c.model.ch1 = 4;
+        c.model.ch2 = 8;
+        c.model.hidden = 16;
+        c.batch = 16;
+        same("cnn", c);
+    }
+    mr_train_cfg g = small_mlp(12);
+    g.model = mr_model_cfg_default(MR_MODEL_GPT);
+    g.model.context = 16;
+    g.model.layers = 2;
+    g.model.heads = 2;
+    g.model.embd = 32;
+    g.model.dropout = 0.1;
+    g.batch = 8;
+    g.train_images = g.train_labels = g.eval_images = g.eval_labels = NULL;
+    g.train_text = g.eval_text = th_tiny_text();
+    g.sample_chars = 24;
+    g.eval_every = 12;
+    same("gpt with dropout, eval and a sample", g);
+}
+
 /* Stopped at step 9 (a checkpoint pulled from the device), resumed to 20 on the device path:
  * equal to a straight host run. */
 static void test_resume(void **state) {
@@ -181,7 +212,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f32_adamw),     cmocka_unit_test(test_f16_scaler_inject),
         cmocka_unit_test(test_accumulate_clip), cmocka_unit_test(test_sgd_adam),
-        cmocka_unit_test(test_two_replicas),  cmocka_unit_test(test_resume),
+        cmocka_unit_test(test_two_replicas),  cmocka_unit_test(test_cnn_gpt),
+        cmocka_unit_test(test_resume),
         cmocka_unit_test(test_no_gpu_refused),
     };
     return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);
