@@ -324,6 +324,19 @@ const char *th_tiny_text(void) {
     return text;
 }
 
+void th_tiny_gpt(mr_train_cfg *c, int64_t context, int64_t embd, double dropout) {
+    c->model = mr_model_cfg_default(MR_MODEL_GPT);
+    c->model.context = context;
+    c->model.layers = 2;
+    c->model.heads = 2;
+    c->model.embd = embd;
+    c->model.dropout = dropout;
+    c->batch = 8;
+    c->train_images = c->train_labels = c->eval_images = c->eval_labels = NULL;
+    c->train_text = c->eval_text = th_tiny_text();
+    c->sample_chars = 0;
+}
+
 void th_fashion_mlp(mr_train_cfg *c, int64_t hidden, int64_t steps, int64_t batch) {
     *c = mr_train_cfg_default();
     c->model = mr_model_cfg_default(MR_MODEL_MLP);

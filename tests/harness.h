@@ -57,6 +57,11 @@ void th_fashion_mlp(struct mr_train_cfg *c, int64_t hidden, int64_t steps, int64
  * need no dataset, written on first use (needs th_tmpdir_setup). */
 const char *th_tiny_text(void);
 
+/* Turns c (other settings kept) into a tiny character GPT on th_tiny_text(): 2 layers, 2 heads,
+ * width embd, the given context and dropout, batch 8, the text for training and evaluation, no
+ * sample (sample_chars 0). */
+void th_tiny_gpt(struct mr_train_cfg *c, int64_t context, int64_t embd, double dropout);
+
 /* Deterministic uniform values in [lo, hi) from Philox (seed, stream position). */
 void th_fill_uniform_f64(double *x, int64_t n, double lo, double hi, uint64_t seed);
 void th_fill_uniform_f32(float *x, int64_t n, float lo, float hi, uint64_t seed);

@@ -189,7 +189,7 @@ typedef struct lt_ws {
 } lt_ws;
 
 /* Process-wide state of this file, guarded by g_lt_mu: the handles, workspaces and cache are
- * created on demand and kept until exit (CUDA tears them down with the context). */
+ * created on demand and kept for the life of the process (CUDA tears them down with the context). */
 static pthread_mutex_t g_lt_mu = PTHREAD_MUTEX_INITIALIZER;
 static cublasLtHandle_t g_lt_handle[LT_MAX_DEVICES];
 static lt_ws g_lt_ws[LT_MAX_WS];

@@ -109,6 +109,24 @@ static mr_status float_dtype(const mr_op_args *a, mr_dtype dt) {
     return mr_op_error(a, "the CUDA kernel takes f32 or f64, got %s", mr_dtype_name(dt));
 }
 
+/* What every entry point of this file does around its launch: the dtype check, in[0] as (rows,
+ * cols), nothing to do for no rows (or, with empty_cols_ok == 0, no columns), the op's stream, and
+ * the launch for f32 or f64. */
+typedef void (*rows_launch_fn)(const mr_op_args *a, cudaStream_t s, int64_t rows, int64_t cols);
+static mr_status run_rows(const mr_op_args *a, rows_launch_fn f32, rows_launch_fn f64, int empty_cols_ok) {
+    mr_status st = MR_OK;
+    cudaStream_t s;
+    int64_t rows, cols;
+    MR_TRY(float_dtype(a, a->in[0].dtype));
+    mr_shape_rows_cols(&a->in[0].shape, &rows, &cols);
+    if (rows == 0 || (cols == 0 && !empty_cols_ok)) return MR_OK;
+    MR_TRY(mr_cuda_op_stream(a, &s));
+    (a->in[0].dtype == MR_F32 ? f32 : f64)(a, s, rows, cols);
+    return mr_cuda_check_launch(mr_op_get(a->op)->name);
+fail:
+    return st;
+}
+
 template <typename T>
 static void softmax_fwd_launch(const mr_op_args *a, cudaStream_t s, int64_t rows, int64_t cols) {
     const mr_shape *xs = &a->in[0].shape;
@@ -120,20 +138,7 @@ static void softmax_fwd_launch(const mr_op_args *a, cudaStream_t s, int64_t rows
 
 /* x (rows, cols) -> y (rows, cols) */
 extern "C" mr_status mr_softmax_fwd_cuda(const mr_op_args *a) {
-    mr_status st = MR_OK;
-    cudaStream_t s;
-    int64_t rows, cols;
-    MR_TRY(float_dtype(a, a->in[0].dtype));
-    mr_shape_rows_cols(&a->in[0].shape, &rows, &cols);
-    if (rows == 0 || cols == 0) return MR_OK;
-    MR_TRY(mr_cuda_op_stream(a, &s));
-    if (a->in[0].dtype == MR_F32)
-        softmax_fwd_launch<float>(a, s, rows, cols);
-    else
-        softmax_fwd_launch<double>(a, s, rows, cols);
-    return mr_cuda_check_launch(mr_op_get(a->op)->name);
-fail:
-    return st;
+    return run_rows(a, softmax_fwd_launch<float>, softmax_fwd_launch<double>, 0);
 }
 
 template <typename T>
@@ -145,20 +150,7 @@ static void softmax_bwd_launch(const mr_op_args *a, cudaStream_t s, int64_t rows
 
 /* y, dy (rows, cols) -> dx (rows, cols) */
 extern "C" mr_status mr_softmax_bwd_cuda(const mr_op_args *a) {
-    mr_status st = MR_OK;
-    cudaStream_t s;
-    int64_t rows, cols;
-    MR_TRY(float_dtype(a, a->in[0].dtype));
-    mr_shape_rows_cols(&a->in[0].shape, &rows, &cols);
-    if (rows == 0 || cols == 0) return MR_OK;
-    MR_TRY(mr_cuda_op_stream(a, &s));
-    if (a->in[0].dtype == MR_F32)
-        softmax_bwd_launch<float>(a, s, rows, cols);
-    else
-        softmax_bwd_launch<double>(a, s, rows, cols);
-    return mr_cuda_check_launch(mr_op_get(a->op)->name);
-fail:
-    return st;
+    return run_rows(a, softmax_bwd_launch<float>, softmax_bwd_launch<double>, 0);
 }
 
 /* ---- softmax cross-entropy --------------------------------------------------------------------- */
@@ -225,21 +217,7 @@ static void xent_fwd_launch(const mr_op_args *a, cudaStream_t s, int64_t n, int6
 
 /* logits (N,C), labels (N) i32 -> loss (N), probs (N,C) */
 extern "C" mr_status mr_xent_fwd_cuda(const mr_op_args *a) {
-    mr_status st = MR_OK;
-    cudaStream_t s;
-    MR_TRY(float_dtype(a, a->in[0].dtype));
-    {
-        const int64_t n = a->in[0].shape.dim[0], c = a->in[0].shape.dim[1];
-        if (n == 0) return MR_OK;
-        MR_TRY(mr_cuda_op_stream(a, &s));
-        if (a->in[0].dtype == MR_F32)
-            xent_fwd_launch<float>(a, s, n, c);
-        else
-            xent_fwd_launch<double>(a, s, n, c);
-    }
-    return mr_cuda_check_launch(mr_op_get(a->op)->name);
-fail:
-    return st;
+    return run_rows(a, xent_fwd_launch<float>, xent_fwd_launch<double>, 1);
 }
 
 template <typename T>
@@ -250,19 +228,5 @@ static void xent_bwd_launch(const mr_op_args *a, cudaStream_t s, int64_t n, int6
 
 /* probs (N,C), labels (N) i32, dloss (N) -> dlogits (N,C) */
 extern "C" mr_status mr_xent_bwd_cuda(const mr_op_args *a) {
-    mr_status st = MR_OK;
-    cudaStream_t s;
-    MR_TRY(float_dtype(a, a->in[0].dtype));
-    {
-        const int64_t n = a->in[0].shape.dim[0], c = a->in[0].shape.dim[1];
-        if (n == 0) return MR_OK;
-        MR_TRY(mr_cuda_op_stream(a, &s));
-        if (a->in[0].dtype == MR_F32)
-            xent_bwd_launch<float>(a, s, n, c);
-        else
-            xent_bwd_launch<double>(a, s, n, c);
-    }
-    return mr_cuda_check_launch(mr_op_get(a->op)->name);
-fail:
-    return st;
+    return run_rows(a, xent_bwd_launch<float>, xent_bwd_launch<double>, 1);
 }

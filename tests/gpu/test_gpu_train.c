@@ -83,17 +83,8 @@ static mr_train_cfg cnn(int64_t steps) {
 }
 
 static mr_train_cfg tiny_gpt(int64_t steps, double dropout) {
-    const char *text = th_tiny_text();
     mr_train_cfg c = mlp(steps);
-    c.model = mr_model_cfg_default(MR_MODEL_GPT);
-    c.model.context = 32;
-    c.model.layers = 2;
-    c.model.heads = 2;
-    c.model.embd = 64;
-    c.model.dropout = dropout;
-    c.batch = 8;
-    c.train_images = c.train_labels = c.eval_images = c.eval_labels = NULL;
-    c.train_text = c.eval_text = text;
+    th_tiny_gpt(&c, 32, 64, dropout);
     c.sample_chars = 32; /* generation runs on the GPU too */
     return c;
 }

@@ -155,15 +155,7 @@ static void test_cnn_gpt(void **state) {
         same("cnn", c);
     }
     mr_train_cfg g = small_mlp(12);
-    g.model = mr_model_cfg_default(MR_MODEL_GPT);
-    g.model.context = 16;
-    g.model.layers = 2;
-    g.model.heads = 2;
-    g.model.embd = 32;
-    g.model.dropout = 0.1;
-    g.batch = 8;
-    g.train_images = g.train_labels = g.eval_images = g.eval_labels = NULL;
-    g.train_text = g.eval_text = th_tiny_text();
+    th_tiny_gpt(&g, 16, 32, 0.1);
     g.sample_chars = 24;
     g.eval_every = 12;
     same("gpt with dropout, eval and a sample", g);

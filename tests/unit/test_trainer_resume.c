@@ -33,18 +33,8 @@ static mr_train_cfg small_mlp(const char *dir) {
 
 /* A tiny character GPT with dropout on a generated text (so the test needs no dataset). */
 static mr_train_cfg tiny_gpt(const char *dir) {
-    const char *text = th_tiny_text();
     mr_train_cfg c = small_mlp(dir);
-    c.model = mr_model_cfg_default(MR_MODEL_GPT);
-    c.model.context = 16;
-    c.model.layers = 2;
-    c.model.heads = 2;
-    c.model.embd = 32;
-    c.model.dropout = 0.1;
-    c.batch = 8;
-    c.train_images = c.train_labels = c.eval_images = c.eval_labels = NULL;
-    c.train_text = c.eval_text = text;
-    c.sample_chars = 0;
+    th_tiny_gpt(&c, 16, 32, 0.1);
     return c;
 }
 
