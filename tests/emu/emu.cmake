@@ -17,6 +17,9 @@ if(NOT MIRROR_EMU STREQUAL "OFF")
   find_path(MIRROR_EMU_CUDNN_INCLUDE cudnn.h HINTS ${MIRROR_EMU_CUDA_INCLUDE} /usr/local/cuda/include /usr/include)
   find_path(MIRROR_EMU_NCCL_INCLUDE nccl.h HINTS ${MIRROR_EMU_CUDA_INCLUDE} /usr/local/cuda/include /usr/include)
   set(_emu_libs_src ${PROJECT_SOURCE_DIR}/tests/emu/emu_cublas.cc ${PROJECT_SOURCE_DIR}/tests/emu/emu_cudnn.cc)
+  if(MIRROR_EMU_LIBS_OVERRIDE) # development only: other sources for the library fakes
+    set(_emu_libs_src ${MIRROR_EMU_LIBS_OVERRIDE})
+  endif()
   set(_emu_libs_ok ON)
   foreach(f ${_emu_libs_src})
     if(NOT EXISTS ${f})
@@ -113,17 +116,18 @@ if(MIRROR_HAVE_EMU)
   target_include_directories(mirror_core_emu PRIVATE ${MIRROR_EMU_CUDA_INCLUDE} ${MIRROR_EMU_CUDNN_INCLUDE}
                              ${MIRROR_EMU_NCCL_INCLUDE})
   target_compile_definitions(mirror_core_emu PUBLIC ${_emu_defs})
-  # the CUDA objects refer to core symbols and the reverse: one link group
-  target_link_libraries(mirror_core_emu PUBLIC "$<LINK_GROUP:RESCAN,mirror_emu_cuda,mirror_emu_rt>"
-                        OpenMP::OpenMP_C Threads::Threads ZLIB::ZLIB ${CMAKE_DL_LIBS} m PkgConfig::YAML
-                        ${HDF5_C_LIBRARIES} MPI::MPI_C stdc++)
+  target_link_libraries(mirror_core_emu PUBLIC OpenMP::OpenMP_C Threads::Threads ZLIB::ZLIB ${CMAKE_DL_LIBS} m
+                        PkgConfig::YAML ${HDF5_C_LIBRARIES} MPI::MPI_C stdc++)
+  # what a program links: the core and the CUDA objects refer to each other, so one link group
+  add_library(mirror_emu INTERFACE)
+  target_link_libraries(mirror_emu INTERFACE "$<LINK_GROUP:RESCAN,mirror_core_emu,mirror_emu_cuda,mirror_emu_rt>")
   if(MIRROR_SANITIZE)
     target_link_libraries(mirror_core_emu PUBLIC -fsanitize=address,undefined)
   endif()
 
   # the GPU tests against the emulator
   add_library(mirror_test_harness_emu STATIC ${PROJECT_SOURCE_DIR}/tests/harness.c)
-  target_link_libraries(mirror_test_harness_emu PUBLIC mirror_core_emu PkgConfig::CMOCKA)
+  target_link_libraries(mirror_test_harness_emu PUBLIC mirror_emu PkgConfig::CMOCKA)
   target_include_directories(mirror_test_harness_emu PUBLIC ${PROJECT_SOURCE_DIR}/tests)
 
   set(MIRROR_EMU_CENSUS_DIR ${PROJECT_BINARY_DIR}/emu-census)

@@ -160,9 +160,9 @@ template <class T> static inline T atomic_add_fp_(T *p, T v) {
 #define blockIdx (::mr_emu_k::block_idx())
 #define blockDim (::mr_emu_k::block_dim())
 #define gridDim (::mr_emu_k::grid_dim())
-#define warpSize 32
+static constexpr int warpSize = 32; /* a variable, as on the device: prop.warpSize still works */
 #define __syncthreads() ::mr_emu_k::syncthreads(__FILE__, __LINE__)
-#define __syncwarp(...) ::mr_emu_k::syncwarp_(__FILE__, __LINE__, ##__VA_ARGS__)
+#define __syncwarp(...) ::mr_emu_k::syncwarp_(__FILE__, __LINE__ __VA_OPT__(, ) __VA_ARGS__)
 #define __shfl_sync(...) ::mr_emu_k::shfl_sync_(__FILE__, __LINE__, __VA_ARGS__)
 #define __shfl_up_sync(...) ::mr_emu_k::shfl_up_sync_(__FILE__, __LINE__, __VA_ARGS__)
 #define __shfl_down_sync(...) ::mr_emu_k::shfl_down_sync_(__FILE__, __LINE__, __VA_ARGS__)

@@ -250,6 +250,7 @@ ncclResult_t collective(coll_kind kind, const void *send, void *recv, size_t cou
         if (s < r + recv_n * es && r < s + send_n * es)
             mr_emu::fatal("nccl", "ncclAllGather on rank %d: sendbuff overlaps recvbuff but is not its rank-th slice", comm->rank);
     }
+    if (!stream) mr_emu::fatal("nccl", "%s on rank %d: the legacy default stream (mirror always passes its own)", fn, comm->rank);
     if (mr_emu::stream_device(stream) != comm->device)
         mr_emu::fatal("nccl", "%s on rank %d: the stream belongs to cuda:%d, the communicator to cuda:%d", fn, comm->rank,
                       mr_emu::stream_device(stream), comm->device);
@@ -285,7 +286,11 @@ ncclResult_t collective(coll_kind kind, const void *send, void *recv, size_t cou
     it.ready = [cp]() { return cp->queued == cp->nranks || cp->cancelled; };
     CUstream_st *s = nullptr;
     uint64_t seq = 0;
+    /* NCCL launches on the communicator's GPU whatever the caller's current device, and restores it */
+    int caller_dev = mr_emu::current_device();
+    (void)cudaSetDevice(comm->device);
     cudaError_t e = mr_emu::enqueue_item(stream, std::move(it), &s, &seq);
+    (void)cudaSetDevice(caller_dev);
     if (e != cudaSuccess) return fail(ncclUnhandledCudaError, "%s: %s", fn, cudaGetErrorString(e));
     if (seq == 0) mr_emu::fatal("nccl", "%s inside a CUDA graph capture is not emulated", fn);
     cp->streams[(size_t)rank] = s;
