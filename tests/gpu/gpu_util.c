@@ -106,16 +106,20 @@ static void gpu_run(const mr_op_args *r, mr_dtype dt, mr_dtype out_dt, double **
     }
     g.stream = NULL;
     g.device = 0;
-    g.workspace = NULL;
-    g.workspace_bytes = 0;
-    size_t ws = mr_op_workspace_bytes(&g);
+    gpu_run_op(&g);
+    for (int i = 0; i < r->n_out; i++) outs[i] = to[i] ? gpu_download(to[i]) : NULL;
+}
+
+void gpu_run_op(mr_op_args *a) {
+    a->workspace = NULL;
+    a->workspace_bytes = 0;
+    size_t ws = mr_op_workspace_bytes(a);
     if (ws) {
         mr_tensor *w = gpu_alloc(MR_U8, mr_shape_1d((int64_t)ws));
-        g.workspace = mr_tensor_data(w);
-        g.workspace_bytes = ws;
+        a->workspace = mr_tensor_data(w);
+        a->workspace_bytes = ws;
     }
-    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
-    for (int i = 0; i < r->n_out; i++) outs[i] = to[i] ? gpu_download(to[i]) : NULL;
+    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, a));
 }
 
 void gpu_check_vs_ref(const char *what, mr_op_args *r, mr_dtype dt, mr_dtype out_dt, double atol, double rtol,

@@ -26,6 +26,10 @@ mr_view gpu_f64_view(const double *h, mr_shape s);
 /* n uniform values in [lo, hi) rounded to dt (test-owned). */
 double *gpu_rand(int64_t n, double lo, double hi, uint64_t seed, mr_dtype dt);
 
+/* Runs a's op on cuda:0 with a device workspace of mr_op_workspace_bytes (the op table's size is
+ * the largest any backend needs: f16 GEMM widens on the CPU) and asserts it succeeds. */
+void gpu_run_op(mr_op_args *a);
+
 /* Runs an op on the GPU and on the f64 reference and compares every output.
  * `r` holds reference args: params, F64 float inputs, I32 integer inputs (ids, labels), and
  * outputs whose views (data non-NULL) carry the values both runs start from (zeros from

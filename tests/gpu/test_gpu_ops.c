@@ -53,7 +53,7 @@ static void gemm_case(mr_dtype dt, int64_t batch, int64_t m, int64_t n, int64_t 
     r.in[0] = gpu_f64_view(ha, sa);
     r.in[1] = gpu_f64_view(hb, sb);
     r.out[0] = gpu_f64_view(hc, sc);
-    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
+    gpu_run_op(&g);
     MR_ASSERT_OK(mr_op_run_ref(&r));
     double atol, rtol, nmse;
     gemm_tol(dt, &atol, &rtol, &nmse);
@@ -129,7 +129,7 @@ static void gemm_epi_case(const epi_case *c, uint64_t seed) {
         mr_tensor *tc = gpu_upload(hc, c->out_dt, sc), *tp = gpu_upload(nan_vals(nc), c->out_dt, sc);
         g.out[0] = mr_tensor_as_view(tc);
         if (c->pre) g.out[1] = mr_tensor_as_view(tp);
-        MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
+        gpu_run_op(&g);
         outs[run][0] = gpu_download(tc);
         if (c->pre) outs[run][1] = gpu_download(tp);
     }
@@ -245,7 +245,7 @@ static void test_unary_fwd(void **state) {
             g.out[0] = mr_tensor_as_view(y);
             r.in[0] = gpu_f64_view(hx, s);
             r.out[0] = th_view(MR_F64, s);
-            MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
+            gpu_run_op(&g);
             MR_ASSERT_OK(mr_op_run_ref(&r));
             assert_true(th_compare(mr_op_get(k_unary[o])->name, gpu_download(y), MR_F64, r.out[0].data, n, TOL_F32_ATOL,
                                    TOL_F32_RTOL, TOL_F32_NMSE));
@@ -287,7 +287,7 @@ static void test_unary_bwd(void **state) {
         r.in[1] = gpu_f64_view(hy, s);
         r.in[2] = gpu_f64_view(hdy, s);
         r.out[0] = th_view(MR_F64, s);
-        MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
+        gpu_run_op(&g);
         MR_ASSERT_OK(mr_op_run_ref(&r));
         assert_true(th_compare(mr_op_get(k_unary_bwd[o])->name, gpu_download(dx), MR_F64, r.out[0].data, n, TOL_F32_ATOL,
                                TOL_F32_RTOL, TOL_F32_NMSE));
@@ -323,7 +323,7 @@ static void test_binary(void **state) {
             r.in[0] = gpu_f64_view(ha, sa);
             r.in[1] = gpu_f64_view(hb, sb);
             r.out[0] = th_view(MR_F64, sy);
-            MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
+            gpu_run_op(&g);
             MR_ASSERT_OK(mr_op_run_ref(&r));
             char what[64];
             snprintf(what, sizeof what, "%s case %zu", mr_op_get(ops[o])->name, c);
@@ -364,7 +364,7 @@ static void test_cast(void **state) {
             mr_op_args_init(&g, MR_OP_CAST);
             g.in[0] = mr_tensor_as_view(x);
             g.out[0] = mr_tensor_as_view(y);
-            MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
+            gpu_run_op(&g);
             double *got = gpu_download(y);
             void *want = th_alloc((size_t)n * mr_dtype_size(dts[o]));
             for (int64_t k = 0; k < n; k++) mr_dtype_set(want, dts[o], k, hx[k]);
@@ -402,7 +402,7 @@ static void sgd_case(double momentum, double dampening, double wd, int nesterov,
     r.in[0] = gpu_f64_view(hp, s);
     r.in[1] = gpu_f64_view(hg, s);
     r.in[2] = gpu_f64_view(hb, s);
-    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
+    gpu_run_op(&g);
     MR_ASSERT_OK(mr_op_run_ref(&r));
     char what[128];
     snprintf(what, sizeof what, "sgd param m%g d%g wd%g nest%d first%d", momentum, dampening, wd, nesterov, first_step);
@@ -444,7 +444,7 @@ static void adamw_case(int64_t step, double wd, uint64_t seed) {
     r.in[1] = gpu_f64_view(hg, s);
     r.in[2] = gpu_f64_view(hm, s);
     r.in[3] = gpu_f64_view(hv, s);
-    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
+    gpu_run_op(&g);
     MR_ASSERT_OK(mr_op_run_ref(&r));
     assert_true(th_compare("adamw param", gpu_download(p), MR_F64, r.in[0].data, n, TOL_F32_ATOL, TOL_F32_RTOL, TOL_F32_NMSE));
     assert_true(th_compare("adamw exp_avg", gpu_download(m), MR_F64, r.in[2].data, n, TOL_F32_ATOL, TOL_F32_RTOL, TOL_F32_NMSE));
@@ -559,13 +559,13 @@ static void test_ops_on_stream(void **state) {
     g.in[0] = mr_tensor_as_view(ta);
     g.in[1] = mr_tensor_as_view(tb);
     g.out[0] = mr_tensor_as_view(tc);
-    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &g));
+    gpu_run_op(&g);
     mr_op_args u;
     mr_op_args_init(&u, MR_OP_RELU);
     u.stream = s;
     u.in[0] = mr_tensor_as_view(tc);
     u.out[0] = mr_tensor_as_view(ty);
-    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CUDA, &u));
+    gpu_run_op(&u);
     MR_ASSERT_OK(be->stream_sync(s));
     r.in[0] = gpu_f64_view(ha, sa);
     r.in[1] = gpu_f64_view(hb, sb);
