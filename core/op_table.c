@@ -104,7 +104,10 @@ size_t mr_op_workspace_bytes(const mr_op_args *a) {
     return (info && info->workspace) ? info->workspace(a) : 0;
 }
 
-static mr_status check_common(const mr_op_args *a, const mr_op_info **out) {
+/* `cpu_ws`: the workspace the op table sizes is the CPU kernel's (mr_op_info.workspace); the
+ * reference and the CUDA kernels do not need it (cuBLAS widens f16 itself; cuDNN takes whatever
+ * workspace it is given, none included), so only a CPU run requires it. */
+static mr_status check_common(const mr_op_args *a, int cpu_ws, const mr_op_info **out) {
     const mr_op_info *info = mr_op_get(a->op);
     if (!info || !info->name) return mr_set_error(MR_ERR_INVALID, "op: invalid op id %d", (int)a->op);
     if (a->n_in != info->n_in || a->n_out != info->n_out)
@@ -113,7 +116,7 @@ static mr_status check_common(const mr_op_args *a, const mr_op_info **out) {
     mr_status st = info->check(a);
     if (st != MR_OK) return st;
     /* only after the check: workspace functions may assume valid arguments */
-    size_t ws = info->workspace ? info->workspace(a) : 0;
+    size_t ws = cpu_ws && info->workspace ? info->workspace(a) : 0;
     if (ws > 0 && (a->workspace == NULL || a->workspace_bytes < ws))
         return mr_set_error(MR_ERR_INVALID, "%s: needs a workspace of %zu bytes, got %zu", info->name,
                             ws, a->workspace ? a->workspace_bytes : (size_t)0);
@@ -123,7 +126,7 @@ static mr_status check_common(const mr_op_args *a, const mr_op_info **out) {
 
 mr_status mr_op_run(mr_device_kind kind, const mr_op_args *a) {
     const mr_op_info *info = NULL;
-    mr_status st = check_common(a, &info);
+    mr_status st = check_common(a, kind == MR_DEVICE_CPU, &info);
     if (st != MR_OK) return st;
     if ((int)kind < 0 || kind >= MR_DEVICE_KIND_COUNT || !info->kernel[kind])
         return mr_set_error(MR_ERR_UNSUPPORTED, "%s: no kernel on backend %d", info->name, (int)kind);
@@ -132,7 +135,7 @@ mr_status mr_op_run(mr_device_kind kind, const mr_op_args *a) {
 
 mr_status mr_op_run_ref(const mr_op_args *a) {
     const mr_op_info *info = NULL;
-    mr_status st = check_common(a, &info);
+    mr_status st = check_common(a, 0, &info);
     if (st != MR_OK) return st;
     return info->ref(a);
 }

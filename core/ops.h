@@ -190,7 +190,9 @@ typedef struct mr_op_info {
     mr_op_id fwd;           /* for a backward kernel, the op it differentiates; else NONE */
     /* Validates the args (counts, dtypes, shapes, params). MR_ERR_INVALID naming the op. */
     mr_status (*check)(const mr_op_args *a);
-    /* Scratch bytes the CPU kernel needs (NULL: none). */
+    /* Scratch bytes the CPU kernel needs (NULL: none). mr_op_run requires them for the CPU only; a
+     * CUDA kernel that uses the same workspace (embedding_bwd's buckets) checks it itself, and
+     * the planner always passes it, so a planned step runs on any backend. */
     size_t (*workspace)(const mr_op_args *a);
     mr_kernel_fn ref;
     mr_kernel_fn kernel[MR_DEVICE_KIND_COUNT]; /* indexed by mr_device_kind; NULL: unsupported */
