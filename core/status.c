@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 
 static _Thread_local char tl_err[1024];
+static _Thread_local char tl_where[128];
 
 const char *mr_status_name(mr_status s) {
     switch (s) {
@@ -27,20 +28,22 @@ const char *mr_status_name(mr_status s) {
 mr_status mr_set_error_at(mr_status s, const char *file, int line, const char *fmt, ...) {
     const char *base = strrchr(file, '/');
     base = base ? base + 1 : file;
-    int n = snprintf(tl_err, sizeof tl_err, "%s:%d: ", base, line);
-    if (n < 0) n = 0;
-    if ((size_t)n < sizeof tl_err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(tl_err + n, sizeof tl_err - (size_t)n, fmt, ap);
-        va_end(ap);
-    }
+    /* formatted aside first: the arguments may quote tl_err itself (wrapping an inner error) */
+    char msg[sizeof tl_err];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    memcpy(tl_err, msg, sizeof tl_err);
+    snprintf(tl_where, sizeof tl_where, "%s:%d", base, line);
     return s;
 }
 
 const char *mr_last_error(void) { return tl_err; }
 
-void mr_clear_error(void) { tl_err[0] = '\0'; }
+const char *mr_last_error_where(void) { return tl_where; }
+
+void mr_clear_error(void) { tl_err[0] = tl_where[0] = '\0'; }
 
 /* -1 means "not read from the environment yet". */
 static atomic_int g_level = -1;

@@ -1,8 +1,10 @@
 /* Status codes, the thread-local last-error message, and the one cleanup-path idiom.
  *
  * Library code never exits: every fallible call returns mr_status (MR_OK = 0, negative on error)
- * and records a "file:line: what: why" message that mr_last_error() returns on the same thread.
- * Only launch/ maps a status to an exit code. */
+ * and records a "what: why" message that mr_last_error() returns on the same thread, and apart
+ * from it the C source position that raised it (mr_last_error_where(): "file.c:line"), so that a
+ * user-facing message never starts with mirror's own file names (the CLI prints the position only
+ * at MIRROR_LOG=debug). Only launch/ maps a status to an exit code. */
 #ifndef MR_STATUS_H
 #define MR_STATUS_H
 
@@ -37,15 +39,20 @@ typedef enum mr_status {
 /* Name of a status ("MR_ERR_INVALID"); never NULL. Thread-safe. */
 const char *mr_status_name(mr_status s);
 
-/* Records the calling thread's last error as "file:line: <formatted>" and returns `s`, so
+/* Records the calling thread's last error: the message <formatted> (which may quote the previous
+ * mr_last_error()) and, separately, the position "<basename of file>:line". Returns `s`, so
  * that `return mr_set_error(...)` and `st = mr_set_error(...)` read naturally. */
 mr_status mr_set_error_at(mr_status s, const char *file, int line, const char *fmt, ...)
     MR_PRINTF(4, 5);
 #define mr_set_error(s, ...) mr_set_error_at((s), __FILE__, __LINE__, __VA_ARGS__)
 
-/* The calling thread's last error message ("" when none). Valid until the next error on this
- * thread. */
+/* The calling thread's last error message ("" when none), without a C source position. Valid
+ * until the next error on this thread. */
 const char *mr_last_error(void);
+
+/* Where in mirror's C source the calling thread's last error was raised ("trainer.c:123"; ""
+ * when none): for debug logs and bug reports, not for users. */
+const char *mr_last_error_where(void);
 
 /* Clears the calling thread's last error. */
 void mr_clear_error(void);

@@ -210,18 +210,22 @@ static const char *suggest_path(const char *key) {
 
 static pos at_mark(const char *name, yaml_mark_t m) { return (pos){name, (int)m.line + 1, (int)m.column + 1}; }
 
-static mr_status perr(mr_status s, pos p, const char *fmt, ...) MR_PRINTF(3, 4);
-static mr_status perr(mr_status s, pos p, const char *fmt, ...) {
-    char msg[768], where[MR_CFG_PATH_MAX + 32];
+/* The message is "<name>:<line>:<col>: ..." ("--set:<col>: ..." without a line; "<name>: ..."
+ * when col is 0: no position known); the C position (file, line) goes apart (mr_last_error_where). */
+static mr_status perr_at(const char *file, int line, mr_status s, pos p, const char *fmt, ...) MR_PRINTF(5, 6);
+static mr_status perr_at(const char *file, int line, mr_status s, pos p, const char *fmt, ...) {
+    char msg[768];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    /* mr_set_error_at writes "file:line: ": file carries "name:line" so the output is name:line:col */
-    if (p.line > 0) snprintf(where, sizeof where, "%s:%d", p.name, p.line);
-    else snprintf(where, sizeof where, "%s", p.name);
-    return mr_set_error_at(s, where, p.col, "%s", msg);
+    const char *base = strrchr(p.name, '/');
+    base = base ? base + 1 : p.name;
+    if (p.line > 0) return mr_set_error_at(s, file, line, "%s:%d:%d: %s", base, p.line, p.col, msg);
+    if (p.col > 0) return mr_set_error_at(s, file, line, "%s:%d: %s", base, p.col, msg);
+    return mr_set_error_at(s, file, line, "%s: %s", base, msg);
 }
+#define perr(...) perr_at(__FILE__, __LINE__, __VA_ARGS__) /* (status, pos, fmt, ...) */
 
 /* An F_FILE value must name an existing file (when set); an F_RESUME value is auto, never or one. */
 static mr_status file_check(const field *f, const char *s, pos p) {
