@@ -97,7 +97,7 @@ mr_view th_view(mr_dtype dt, mr_shape s) {
 
 int th_compare(const char *what, const void *x, mr_dtype dt, const double *ref, int64_t n, double atol,
                double rtol, double nmse_max) {
-    double se = 0.0, sr = 0.0;
+    double se = 0.0, sr = 0.0, max_abs = 0.0, max_rel = 0.0;
     int bad = 0;
     for (int64_t i = 0; i < n; i++) {
         double v = dt == MR_F64 ? ((const double *)x)[i] : (double)((const float *)x)[i];
@@ -105,6 +105,8 @@ int th_compare(const char *what, const void *x, mr_dtype dt, const double *ref, 
         if (isnan(v) && isnan(r)) continue;
         if (isinf(r) && v == r) continue;
         double e = fabs(v - r);
+        if (e > max_abs) max_abs = e;
+        if (fabs(r) > 1e-3 && e / fabs(r) > max_rel) max_rel = e / fabs(r);
         if (!(e <= atol + rtol * fabs(r))) {
             if (bad < 10)
                 fprintf(stderr, "%s: mismatch at [%lld]: value %.9g ref %.9g abs err %.3g rel err %.3g\n", what,
@@ -117,6 +119,11 @@ int th_compare(const char *what, const void *x, mr_dtype dt, const double *ref, 
         }
     }
     double nmse = sr > 0 ? se / sr : se;
+    /* TH_REPORT=1: the measured errors of every comparison, for setting tolerances (tests/tolerances.h) */
+    const char *rep = getenv("TH_REPORT");
+    if (rep && *rep == '1')
+        fprintf(stderr, "th_compare: %s: n %lld max abs %.3g max rel (|ref| > 1e-3) %.3g NMSE %.3g\n", what,
+                (long long)n, max_abs, max_rel, nmse);
     if (nmse > nmse_max) {
         fprintf(stderr, "%s: NMSE %.3g exceeds %.3g\n", what, nmse, nmse_max);
         bad++;

@@ -99,7 +99,7 @@ if(MIRROR_HAVE_EMU)
   add_dependencies(mirror_emu_cuda emu_kernel_list)
   target_include_directories(mirror_emu_cuda BEFORE PRIVATE ${_emu_inc})
   target_compile_definitions(mirror_emu_cuda PRIVATE ${_emu_defs})
-  target_compile_options(mirror_emu_cuda PRIVATE -std=c++17 -include ${_emu_dir}/emu_cuda.h -O1 -g
+  target_compile_options(mirror_emu_cuda PRIVATE -std=c++17 -include ${_emu_dir}/emu_cuda.h -O2 -g
                          -Wno-unused-parameter -fno-math-errno ${_emu_san})
 
   # the core library as a CUDA build

@@ -22,6 +22,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <vector>
@@ -62,6 +63,17 @@ struct pref {
     uint32_t magic;
     uint64_t max_ws;
 };
+
+/* destroyed objects stay allocated, marked DEAD, so a later use is reported instead of being
+ * undefined; this list keeps them reachable for LeakSanitizer */
+std::vector<void *> *g_dead;
+pthread_mutex_t g_dead_mu = PTHREAD_MUTEX_INITIALIZER;
+void keep_dead(void *p) {
+    pthread_mutex_lock(&g_dead_mu);
+    if (!g_dead) g_dead = new std::vector<void *>();
+    g_dead->push_back(p);
+    pthread_mutex_unlock(&g_dead_mu);
+}
 
 template <class T> T *live(void *p, uint32_t magic, const char *fn, const char *what) {
     T *o = (T *)p;
@@ -210,6 +222,7 @@ cublasStatus_t cublasCreate_v2(cublasHandle_t *handle) {
 cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
     blas_handle *h = live<blas_handle>(handle, MAGIC_BLAS, "cublasDestroy", "handle");
     h->magic = DEAD; /* kept (not freed) so that a later use is reported, not undefined */
+    keep_dead(h);
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -322,6 +335,7 @@ cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
 
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
     live<lt_handle>(h, MAGIC_LT, "cublasLtDestroy", "handle")->magic = DEAD;
+    keep_dead(h);
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -338,6 +352,7 @@ cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *out, cudaDataT
 
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
     live<layout>(l, MAGIC_LAYOUT, "cublasLtMatrixLayoutDestroy", "layout")->magic = DEAD;
+    keep_dead(l);
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -370,6 +385,7 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *out, cublasCompute
 
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
     live<desc>(d, MAGIC_DESC, "cublasLtMatmulDescDestroy", "matmul descriptor")->magic = DEAD;
+    keep_dead(d);
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -401,6 +417,7 @@ cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *out) {
 
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
     live<pref>(p, MAGIC_PREF, "cublasLtMatmulPreferenceDestroy", "preference")->magic = DEAD;
+    keep_dead(p);
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -456,12 +473,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lh, cublasLtMatmulDesc_t dd, cons
                               const cublasLtMatmulAlgo_t *algo, void *workspace, size_t ws_bytes, cudaStream_t stream) {
     const char *fn = "cublasLtMatmul";
     lt_handle *h = live<lt_handle>(lh, MAGIC_LT, fn, "handle");
+    (void)h;
     desc *d = live<desc>(dd, MAGIC_DESC, fn, "matmul descriptor");
     layout *la = live<layout>(Ad, MAGIC_LAYOUT, fn, "A layout"), *lb = live<layout>(Bd, MAGIC_LAYOUT, fn, "B layout");
     layout *lc = live<layout>(Cd, MAGIC_LAYOUT, fn, "C layout"), *ld = live<layout>(Dd, MAGIC_LAYOUT, fn, "D layout");
+    /* the GPU that runs it is the stream's; buffers must live there */
     int dev = mr_emu::stream_device(stream);
-    if (dev != h->device && dev != mr_emu::current_device())
-        mr_emu::fatal("cublasLt", "%s: a stream of cuda:%d", fn, dev);
+    if (dev < 0) mr_emu::fatal("cublasLt", "%s: an unknown stream", fn);
+    if (alpha && mr_emu::device_range(alpha, 1, nullptr))
+        mr_emu::fatal("cublasLt", "%s: alpha is a device pointer, but the pointer mode is host (the default)", fn);
+    if (beta && mr_emu::device_range(beta, 1, nullptr))
+        mr_emu::fatal("cublasLt", "%s: beta is a device pointer, but the pointer mode is host (the default)", fn);
     bool ta = d->ta == CUBLAS_OP_T, tb = d->tb == CUBLAS_OP_T;
     if ((d->ta != CUBLAS_OP_N && !ta) || (d->tb != CUBLAS_OP_N && !tb)) return CUBLAS_STATUS_INVALID_VALUE;
     int64_t m = (int64_t)ld->rows, n = (int64_t)ld->cols;
@@ -499,26 +521,26 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lh, cublasLtMatmulDesc_t dd, cons
     default: mr_emu::fatal("cublasLt", "%s: epilogue %d is not emulated", fn, (int)d->epi);
     }
     if (f64 && d->epi != CUBLASLT_EPILOGUE_DEFAULT) return CUBLAS_STATUS_NOT_SUPPORTED;
-    check_fits(fn, "A", A, la->type, (int64_t)la->rows, (int64_t)la->cols, la->ld, batch, la->stride, h->device);
-    check_fits(fn, "B", B, lb->type, (int64_t)lb->rows, (int64_t)lb->cols, lb->ld, batch, lb->stride, h->device);
-    check_fits(fn, "D", D, ld->type, m, n, ld->ld, batch, ld->stride, h->device);
+    check_fits(fn, "A", A, la->type, (int64_t)la->rows, (int64_t)la->cols, la->ld, batch, la->stride, dev);
+    check_fits(fn, "B", B, lb->type, (int64_t)lb->rows, (int64_t)lb->cols, lb->ld, batch, lb->stride, dev);
+    check_fits(fn, "D", D, ld->type, m, n, ld->ld, batch, ld->stride, dev);
     double al = f64 ? *(const double *)alpha : *(const float *)alpha;
     double be = f64 ? *(const double *)beta : *(const float *)beta;
-    if (be != 0.0) check_fits(fn, "C", C, lc->type, m, n, lc->ld, batch, lc->stride, h->device);
+    if (be != 0.0) check_fits(fn, "C", C, lc->type, m, n, lc->ld, batch, lc->stride, dev);
     if (d->epi & CUBLASLT_EPILOGUE_BIAS) {
         int bd = -1;
-        if (!d->bias || !mr_emu::device_range(d->bias, (size_t)m * type_size(ld->type), &bd) || bd != h->device)
+        if (!d->bias || !mr_emu::device_range(d->bias, (size_t)m * type_size(ld->type), &bd) || bd != dev)
             mr_emu::fatal("cublasLt", "%s: the bias (%p) is not %lld elements of D's type in device memory of cuda:%d", fn,
-                          d->bias, (long long)m, h->device);
+                          d->bias, (long long)m, dev);
     }
     bool aux = d->epi == CUBLASLT_EPILOGUE_GELU_AUX || d->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     if (aux) {
         if (d->aux_ld < m || d->aux_ld % 8 != 0)
             mr_emu::fatal("cublasLt", "%s: EPILOGUE_AUX_LD %lld must be >= rows (%lld) and a multiple of 8", fn,
                           (long long)d->aux_ld, (long long)m);
-        if (batch > 1 && d->aux_stride < d->aux_ld * n)
-            mr_emu::fatal("cublasLt", "%s: EPILOGUE_AUX_BATCH_STRIDE %lld overlaps batches", fn, (long long)d->aux_stride);
-        check_fits(fn, "the GELU aux buffer", d->aux, ld->type, m, n, d->aux_ld, batch, d->aux_stride, h->device);
+        if (batch > 1 && (d->aux_stride < d->aux_ld * n || d->aux_stride % 8 != 0))
+            mr_emu::fatal("cublasLt", "%s: EPILOGUE_AUX_BATCH_STRIDE %lld overlaps batches or is not a multiple of 8", fn, (long long)d->aux_stride);
+        check_fits(fn, "the GELU aux buffer", d->aux, ld->type, m, n, d->aux_ld, batch, d->aux_stride, dev);
     }
     gemm_job j{};
     j.ta = ta;

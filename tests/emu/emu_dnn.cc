@@ -19,6 +19,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cudnn.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -26,6 +27,16 @@
 
 namespace {
 const uint32_t LIVE = 0xC0DECAFEu, DEAD = 0xDEADDEADu;
+/* destroyed objects stay allocated, marked DEAD, so a later use is reported instead of being
+ * undefined; this list keeps them reachable for LeakSanitizer */
+std::vector<void *> *g_dead;
+pthread_mutex_t g_dead_mu = PTHREAD_MUTEX_INITIALIZER;
+void keep_dead(void *p) {
+    pthread_mutex_lock(&g_dead_mu);
+    if (!g_dead) g_dead = new std::vector<void *>();
+    g_dead->push_back(p);
+    pthread_mutex_unlock(&g_dead_mu);
+}
 const size_t ALGO_WS = 1u << 20;
 thread_local char t_last[256];
 } // namespace
@@ -137,8 +148,9 @@ geom check(const char *fn, cudnnTensorStruct *x, cudnnFilterStruct *w, cudnnConv
     return geom{x->type, x->n, x->c, x->h, x->w, w->k, w->h, w->w, oh, ow, cv->ph, cv->pw, cv->sh, cv->sw};
 }
 
+template <class Algo> Algo ws_algo(Algo fallback);
 void check_ws(const char *fn, int algo, int fallback, void *ws, size_t bytes) {
-    if (algo != 0x3e && algo != fallback) bad(fn, "algorithm %d did not come from the heuristics", algo);
+    if (algo != ws_algo(fallback) && algo != fallback) bad(fn, "algorithm %d did not come from the heuristics", algo);
     size_t need = algo == fallback ? 0 : ALGO_WS;
     if (bytes < need) bad(fn, "algorithm %d needs %zu bytes of workspace, got %zu", algo, need, bytes);
     if (bytes > 0 && !mr_emu::device_range(ws, bytes, nullptr)) bad(fn, "the workspace (%zu bytes at %p) is not device memory", bytes, ws);
@@ -172,6 +184,13 @@ template <class F> void taps(const geom &g, F f) {
                         }
 }
 
+/* n stored values as doubles (each converted once) */
+std::vector<double> widen(const void *p, size_t n, cudnnDataType_t t) {
+    std::vector<double> v(n);
+    for (size_t i = 0; i < n; i++) v[i] = ld(p, i, t);
+    return v;
+}
+
 /* out = alpha * acc + beta * out, acc in double */
 void finish(void *out, cudnnDataType_t t, const std::vector<double> &acc, double alpha, double beta) {
     for (size_t i = 0; i < acc.size(); i++) st(out, i, t, alpha * acc[i] + (beta != 0.0 ? beta * ld(out, i, t) : 0.0));
@@ -181,11 +200,12 @@ void finish(void *out, cudnnDataType_t t, const std::vector<double> &acc, double
 
 namespace {
 /* ---- algorithm queries: a 1 MiB algorithm first, the zero-workspace fallback second ---------- */
-#define EMU_ALGO 0x3e
+/* the algorithm that wants ALGO_WS: a real enum value (UBSan checks enum loads), not the fallback */
+template <class Algo> Algo ws_algo(Algo fallback) { return (Algo)(fallback == 0 ? 2 : 0); }
 template <class Perf, class Algo> static void two(Perf *r, int req, int *ret, Algo fallback, cudnnMathType_t math) {
     memset(r, 0, sizeof(Perf) * (size_t)req);
     int n = 0;
-    if (req > n) r[n++] = Perf{(Algo)EMU_ALGO, CUDNN_STATUS_SUCCESS, 1.0f, ALGO_WS, CUDNN_DETERMINISTIC, math, {0, 0, 0}};
+    if (req > n) r[n++] = Perf{ws_algo(fallback), CUDNN_STATUS_SUCCESS, 1.0f, ALGO_WS, CUDNN_DETERMINISTIC, math, {0, 0, 0}};
     if (req > n) r[n++] = Perf{fallback, CUDNN_STATUS_SUCCESS, 2.0f, 0, CUDNN_DETERMINISTIC, math, {0, 0, 0}};
     *ret = n;
 }
@@ -215,7 +235,8 @@ cudnnStatus_t cudnnCreate(cudnnHandle_t *h) {
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnDestroy(cudnnHandle_t h) {
-    use_h(h, "cudnnDestroy")->magic = DEAD; /* kept so a later use is reported */
+    use_h(h, "cudnnDestroy")->magic = DEAD;
+    keep_dead(h); /* kept so a later use is reported */
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s) {
@@ -232,6 +253,7 @@ cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t *d) {
 }
 cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d) {
     if (d) use(d, "cudnnDestroyTensorDescriptor", "tensor descriptor", false)->magic = DEAD;
+    if (d) keep_dead(d);
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t f, cudnnDataType_t t, int n,
@@ -250,6 +272,7 @@ cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t *d) {
 }
 cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d) {
     if (d) use(d, "cudnnDestroyFilterDescriptor", "filter descriptor", false)->magic = DEAD;
+    if (d) keep_dead(d);
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t t, cudnnTensorFormat_t f, int k,
@@ -268,6 +291,7 @@ cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t *d) 
 }
 cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t d) {
     if (d) use(d, "cudnnDestroyConvolutionDescriptor", "convolution descriptor", false)->magic = DEAD;
+    if (d) keep_dead(d);
     return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int ph, int pw, int sh, int sw, int dh,
@@ -332,7 +356,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t h, con
 }
 
 static cudnnStatus_t ws_size(int algo, int fallback, size_t *bytes) {
-    if (algo == EMU_ALGO) *bytes = ALGO_WS;
+    if (algo == ws_algo(fallback)) *bytes = ALGO_WS;
     else if (algo == fallback) *bytes = 0;
     else return CUDNN_STATUS_NOT_SUPPORTED; /* the emulator has no such algorithm */
     return CUDNN_STATUS_SUCCESS;
@@ -384,8 +408,9 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t hh, const void *alpha, const
     double a = scal(alpha, g.t), b = scal(beta, g.t);
     return queue(h, fn, [=]() {
         std::vector<double> acc((size_t)g.n * g.k * g.oh * g.ow, 0.0);
+        std::vector<double> X = widen(x, xi(g, g.n, 0, 0, 0), g.t), W = widen(w, wi(g, g.k, 0, 0, 0), g.t);
         taps(g, [&](int n, int k, int oy, int ox, int c, int ky, int kx, int iy, int ix) {
-            acc[yi(g, n, k, oy, ox)] += ld(x, xi(g, n, c, iy, ix), g.t) * ld(w, wi(g, k, c, ky, kx), g.t);
+            acc[yi(g, n, k, oy, ox)] += X[xi(g, n, c, iy, ix)] * W[wi(g, k, c, ky, kx)];
         });
         finish(y, g.t, acc, a, b);
     });
@@ -407,8 +432,9 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t hh, const void *alpha, 
     double a = scal(alpha, g.t), b = scal(beta, g.t);
     return queue(h, fn, [=]() {
         std::vector<double> acc((size_t)g.n * g.c * g.h * g.w, 0.0);
+        std::vector<double> DY = widen(dy, yi(g, g.n, 0, 0, 0), g.t), W = widen(w, wi(g, g.k, 0, 0, 0), g.t);
         taps(g, [&](int n, int k, int oy, int ox, int c, int ky, int kx, int iy, int ix) {
-            acc[xi(g, n, c, iy, ix)] += ld(dy, yi(g, n, k, oy, ox), g.t) * ld(w, wi(g, k, c, ky, kx), g.t);
+            acc[xi(g, n, c, iy, ix)] += DY[yi(g, n, k, oy, ox)] * W[wi(g, k, c, ky, kx)];
         });
         finish(dx, g.t, acc, a, b);
     });
@@ -430,8 +456,9 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t hh, const void *alpha
     double a = scal(alpha, g.t), b = scal(beta, g.t);
     return queue(h, fn, [=]() {
         std::vector<double> acc((size_t)g.k * g.c * g.kh * g.kw, 0.0);
+        std::vector<double> X = widen(x, xi(g, g.n, 0, 0, 0), g.t), DY = widen(dy, yi(g, g.n, 0, 0, 0), g.t);
         taps(g, [&](int n, int k, int oy, int ox, int c, int ky, int kx, int iy, int ix) {
-            acc[wi(g, k, c, ky, kx)] += ld(x, xi(g, n, c, iy, ix), g.t) * ld(dy, yi(g, n, k, oy, ox), g.t);
+            acc[wi(g, k, c, ky, kx)] += X[xi(g, n, c, iy, ix)] * DY[yi(g, n, k, oy, ox)];
         });
         finish(dw, g.t, acc, a, b);
     });
@@ -481,7 +508,8 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t hh, const void *alpha, const cudnnTen
                         size_t ci = (((size_t)n * CT.c + c) * CT.h + y) * CT.w + x;
                         size_t ai = (((size_t)(AT.n == 1 ? 0 : n) * AT.c + (AT.c == 1 ? 0 : c)) * AT.h + (AT.h == 1 ? 0 : y)) *
                                         AT.w + (AT.w == 1 ? 0 : x);
-                        st(C, ci, CT.type, a * ld(A, ai, AT.type) + b * ld(C, ci, CT.type));
+                        /* beta == 0: C is not read (it may hold NaN), cuDNN's scaling rule */
+                        st(C, ci, CT.type, a * ld(A, ai, AT.type) + (b != 0.0 ? b * ld(C, ci, CT.type) : 0.0));
                     }
     });
 }

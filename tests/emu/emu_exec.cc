@@ -128,7 +128,8 @@ struct executor {
         free(shared);
     }
 };
-thread_local executor *t_ex;
+/* initial-exec: the emulator is linked into executables, and every threadIdx or shuffle reads this */
+__attribute__((tls_model("initial-exec"))) thread_local executor *t_ex;
 
 executor &ex(void) {
     if (!t_ex) t_ex = new executor(); /* one per host thread, freed at thread exit below */
