@@ -179,6 +179,16 @@ static mr_status to_train_cfg(const mr_experiment *e, const char *run_dir, mr_tr
             continue;
         }
         mr_device dev;
+        /* cpu:N names the N-th CPU replica of this process (threads on the one CPU device), which
+         * mr_device_parse does not accept: the core knows a single CPU device, cpu:0 */
+        char *end = NULL;
+        if (!strncmp(d, "cpu:", 4) && d[4] >= '0' && d[4] <= '9' && strtol(d + 4, &end, 10) <= 1023 && *end == '\0') {
+            for (int j = 0; j < i; j++)
+                MR_CHECK_RET(strcmp(e->distribute.devices[j], d) != 0, MR_ERR_INVALID,
+                             "distribute.devices: %s is listed twice; HINT: cpu:0, cpu:1, ... name one replica each", d);
+            ncpu++;
+            continue;
+        }
         if (mr_device_parse(d, &dev) != MR_OK)
             return mr_set_error(MR_ERR_INVALID, "distribute.devices: '%s' is not a device; HINT: cpu:N, cuda:N, or cuda "
                                                 "(a GPU per MPI rank)", d);

@@ -17,6 +17,7 @@ export OMP_NUM_THREADS=1
 tmp=$(mktemp -d)
 trap 'pkill -9 -f "$tmp/" 2>/dev/null; rm -rf "$tmp"' EXIT
 mpirun() { timeout 120 "$mpiexec" --oversubscribe "$@"; }
+command -v pgrep >/dev/null || { echo "FAILED: no pgrep: the no-process-left-behind checks cannot run"; exit 1; }
 leftover() { pgrep -f "$tmp/" >/dev/null; }
 
 cat >"$tmp/exp.yaml" <<YAML
@@ -41,15 +42,15 @@ for np in 2 4; do
     check "mpirun -np $np exits 0" "[ $rc -eq 0 ]"
     check "-np $np: rank 0 alone prints the result" "[ \$(echo \"\$out\" | grep -c '^trained') -eq 1 ]"
     d=$("$diff" "$(ck "$tmp/one")" "$(ck "$tmp/np$np")"); echo "1 process vs $np ranks: $d"
-    check "-np $np equals one process within float rounding" \
-          "echo '$d' | awk '{ exit !(\$3 + 0 < 1e-4 && \$5 + 0 < 1e-3) }'"
+    check "-np $np equals one process within float rounding" "ckpt_close '$d' 1e-4 1e-3"
 done
-"$mirror" train "$tmp/exp.yaml" --set "checkpoint.dir=$tmp/local2" --set 'distribute.devices=[cpu:0, cpu:1]' >/dev/null 2>&1
+"$mirror" train "$tmp/exp.yaml" --set "checkpoint.dir=$tmp/local2" --set 'distribute.devices=[cpu:0, cpu:1]' >"$tmp/local2.log" 2>&1
+check "2 local replicas (README's devices=[cpu:0, cpu:1]) train and exit 0" "[ -f $(ck "$tmp/local2") ] || { tail -3 $tmp/local2.log; false; }"
 d=$("$diff" "$(ck "$tmp/one")" "$(ck "$tmp/local2")"); echo "1 process vs 2 local replicas: $d"
-check "2 local replicas equal one process within float rounding" "echo '$d' | awk '{ exit !(\$3 < 1e-4) }'"
+check "2 local replicas equal one process within float rounding" "ckpt_close '$d' 1e-4 1e-3"
 mpirun -np 2 "$mirror" train "$tmp/exp.yaml" --set "checkpoint.dir=$tmp/np2b" >/dev/null 2>&1
 d=$("$diff" "$(ck "$tmp/np2")" "$(ck "$tmp/np2b")")
-check "two -np 2 runs are bit-identical ($d)" "echo '$d' | grep -q 'params max_abs 0 max_rel 0; optimizer max_abs 0'"
+check "two -np 2 runs are bit-identical ($d)" "ckpt_equal '$d'"
 
 # ranks x local replicas: -np 2 with 2 replicas each (4 replicas, the hierarchical backend), and the
 # same with the optimizer sharded over the 4 (its reduce-scatter and all-gather)
@@ -57,8 +58,7 @@ for zero in false true; do
     mpirun -np 2 "$mirror" train "$tmp/exp.yaml" --set "checkpoint.dir=$tmp/hier-$zero" --set 'distribute.devices=[cpu:0, cpu:1]' \
         --set distribute.shard_optimizer=$zero >/dev/null 2>&1
     d=$("$diff" "$(ck "$tmp/one")" "$(ck "$tmp/hier-$zero")"); echo "1 process vs 2 ranks x 2 replicas (shard_optimizer $zero): $d"
-    check "2 ranks x 2 replicas (shard_optimizer $zero) equal one process within float rounding" \
-          "echo '$d' | awk '{ exit !(\$3 + 0 < 1e-4 && \$5 + 0 < 1e-3) }'"
+    check "2 ranks x 2 replicas (shard_optimizer $zero) equal one process within float rounding" "ckpt_close '$d' 1e-4 1e-3"
 done
 
 # per-rank logs: rank 1 writes its own progress
@@ -68,7 +68,7 @@ check "rank_logs: rank 1's progress is in rank-1.log" "grep -q '^step 50/50' $tm
 # ZeRO-1: -np 2 with the optimizer state sharded trains the same bits as without
 mpirun -np 2 "$mirror" train "$tmp/exp.yaml" --set "checkpoint.dir=$tmp/np2z" --set distribute.shard_optimizer=true >/dev/null 2>&1
 d=$("$diff" "$(ck "$tmp/np2")" "$(ck "$tmp/np2z")")
-check "-np 2 with shard_optimizer equals -np 2 without, bit for bit ($d)" "echo '$d' | grep -q 'params max_abs 0 max_rel 0; optimizer max_abs 0'"
+check "-np 2 with shard_optimizer equals -np 2 without, bit for bit ($d)" "ckpt_equal '$d'"
 
 # resume across ranks: -np 2 for 25 steps, then -np 2 resuming to 50 (constant schedule, so the
 # two halves are the same run): bit-identical to the straight -np 2 run, each rank restoring its
@@ -77,7 +77,7 @@ mpirun -np 2 "$mirror" train "$tmp/exp.yaml" --set "checkpoint.dir=$tmp/np2r" --
 out=$(mpirun -np 2 "$mirror" train "$tmp/exp.yaml" --set "checkpoint.dir=$tmp/np2r" --set checkpoint.resume=auto 2>&1)
 check "-np 2 resumes from its step-25 checkpoint" "echo \"\$out\" | grep -q 'resumed from .*ckpt-00000025.h5 at step 25'"
 d=$("$diff" "$(ck "$tmp/np2")" "$(ck "$tmp/np2r")")
-check "-np 2: 25 + resume + 25 steps equal 50 straight, bit for bit ($d)" "echo '$d' | grep -q 'params max_abs 0 max_rel 0; optimizer max_abs 0'"
+check "-np 2: 25 + resume + 25 steps equal 50 straight, bit for bit ($d)" "ckpt_equal '$d'"
 
 # a wrapper that gives rank 1 its own behaviour: $1 is the mode
 cat >"$tmp/rank.sh" <<'SH'
@@ -114,6 +114,7 @@ for fault in kill hang; do
     job=$!
     for _ in $(seq 1 300); do grep -q '^step ' "$tmp/$fault.log" 2>/dev/null && break; sleep 0.05; done
     pid=$(cat "$tmp/rank1.pid" 2>/dev/null)
+    check "$fault: rank 1 started (its pid is known)" "is_num '$pid'"
     if [ $fault = kill ]; then kill -9 "$pid"; else kill -STOP "$pid"; fi
     wait $job; rc=$?
     secs=$(( $(date +%s) - start ))
