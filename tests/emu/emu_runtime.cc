@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <vector>
@@ -172,6 +173,10 @@ cudaError_t err(cudaError_t e) {
 
 void write_census(void) {
     if (!g || !g->census_path) return;
+    /* the directory first (ctest's emu.census_reset removed it) */
+    std::string dir(g->census_path);
+    size_t slash = dir.rfind('/');
+    if (slash != std::string::npos && slash > 0) (void)mkdir(dir.substr(0, slash).c_str(), 0777);
     FILE *f = fopen(g->census_path, "a");
     if (!f) {
         fprintf(stderr, "mirror-emu: cannot write the kernel census to %s\n", g->census_path);

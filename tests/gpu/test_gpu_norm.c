@@ -94,6 +94,30 @@ static void reduce_case(mr_dtype dt, mr_shape xs, uint32_t axes, uint64_t seed) 
     gpu_free_all();
 }
 
+/* SUM and MEAN of an empty tensor (a dim of 0): every output element reduces an empty set, so
+ * SUM is 0 and MEAN NaN (the fill kernel; MAX of nothing is refused by the check). Found by the
+ * emulator's kernel census: no test reached that kernel. */
+static void test_reduce_empty(void **state) {
+    (void)state;
+    const mr_op_id ops[2] = {MR_OP_SUM, MR_OP_MEAN};
+    for (int d = 0; d < 2; d++)
+        for (int o = 0; o < 2; o++) {
+            mr_op_args r;
+            mr_op_args_init(&r, ops[o]);
+            r.p.reduce.axes = 0x2;
+            mr_view x = th_view(MR_F64, mr_shape_1d(1)); /* a real pointer for the 0 elements */
+            x.shape = mr_shape_2d(3, 0);
+            r.in[0] = x;
+            r.out[0] = nan_view(mr_shape_2d(3, 1));
+            char what[96];
+            snprintf(what, sizeof what, "%s %s of a (3,0) tensor", mr_op_get(ops[o])->name, mr_dtype_name(k_dts[d]));
+            check(what, &r, k_dts[d]);
+            const double *y = r.out[0].data;
+            for (int i = 0; i < 3; i++) assert_true(ops[o] == MR_OP_SUM ? y[i] == 0.0 : isnan(y[i]));
+            gpu_free_all();
+        }
+}
+
 static void test_reduce(void **state) {
     (void)state;
     uint64_t seed = 100;
@@ -352,7 +376,7 @@ static void test_layernorm(void **state) {
 int main(void) {
     if (gpu_none()) return 77;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reduce),  cmocka_unit_test(test_binary_bwd),     cmocka_unit_test(test_softmax),
+        cmocka_unit_test(test_reduce), cmocka_unit_test(test_reduce_empty),  cmocka_unit_test(test_binary_bwd),     cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_xent),    cmocka_unit_test(test_xent_bad_label), cmocka_unit_test(test_layernorm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
