@@ -21,6 +21,7 @@ const char *mr_status_name(mr_status s) {
     case MR_ERR_FORMAT: return "MR_ERR_FORMAT";
     case MR_ERR_NOT_FOUND: return "MR_ERR_NOT_FOUND";
     case MR_ERR_INTERNAL: return "MR_ERR_INTERNAL";
+    case MR_ERR_NUMERIC: return "MR_ERR_NUMERIC";
     }
     return "MR_ERR_UNKNOWN";
 }

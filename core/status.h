@@ -25,7 +25,8 @@ typedef enum mr_status {
     MR_ERR_COMM = -6,        /* collective failure or deadline expired */
     MR_ERR_FORMAT = -7,      /* malformed input file or config */
     MR_ERR_NOT_FOUND = -8,   /* missing file, key, symbol or device */
-    MR_ERR_INTERNAL = -9     /* a bug in mirror */
+    MR_ERR_INTERNAL = -9,    /* a bug in mirror */
+    MR_ERR_NUMERIC = -10     /* a computation went non-finite (a diverging training run) */
 } mr_status;
 
 #if defined(__GNUC__) || defined(__clang__)

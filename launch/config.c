@@ -737,9 +737,8 @@ static mr_status check_impl(const mr_experiment *e, const char *origin, const ke
     if (e->train.batch % e->train.accumulate)
         return perr(MR_ERR_INVALID, P("train.batch"), "train.batch: must be a multiple of train.accumulate (%lld), got %lld",
                     (long long)e->train.accumulate, (long long)e->train.batch);
-    if (e->schedule.warmup > e->train.steps)
-        return perr(MR_ERR_INVALID, P("schedule.warmup"), "schedule.warmup: must be <= train.steps (%lld), got %lld", (long long)e->train.steps,
-                    (long long)e->schedule.warmup);
+    /* schedule.warmup > train.steps is legal (the learning rate never reaches its peak): the
+     * trainer warns about it */
     if (e->precision.loss_scale.min > e->precision.loss_scale.initial)
         return perr(MR_ERR_INVALID, P("precision.loss_scale.min"), "precision.loss_scale.min: must be <= initial (%g), got %g", e->precision.loss_scale.initial,
                     e->precision.loss_scale.min);

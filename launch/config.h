@@ -141,7 +141,7 @@ mr_status mr_experiment_load(const char *path, mr_experiment *out) MR_WUR;
 mr_status mr_experiment_set(mr_experiment *e, const char *assignment) MR_WUR;
 
 /* The cross-key rules (required data keys for the source, embd % heads, batch % accumulate,
- * warmup <= steps, sweep consistency); errors are prefixed "<origin>:1:". */
+ * a warning when warmup > steps, sweep consistency); errors are prefixed "<origin>:1:". */
 mr_status mr_experiment_check(const mr_experiment *e, const char *origin) MR_WUR;
 
 /* The resolved config as YAML (caller frees *yaml_out with free()). parse(to_yaml(e)) equals e

@@ -43,9 +43,12 @@ static const char *g_train_help =
     "<checkpoint.dir>/config.yaml (the resolved configuration), <checkpoint.dir>/metrics.jsonl and\n"
     "checkpoints <checkpoint.dir>/ckpt-NNNNNNNN.h5 every checkpoint.every steps and at the end.\n"
     "With checkpoint.resume: auto (the default) a run starts from the newest complete checkpoint in\n"
-    "checkpoint.dir and continues bit for bit as if it had never stopped. SIGTERM or SIGUSR1\n"
-    "(preemption) saves a checkpoint after the current step and exits with 128 + the signal.\n"
-    "Exit status: 0 on success, 2 for a bad configuration, 1 when training fails.\n";
+    "checkpoint.dir and continues bit for bit as if it had never stopped; with checkpoint.resume: never\n"
+    "a checkpoint.dir that holds checkpoints is refused (a run directory belongs to one run).\n"
+    "SIGTERM, SIGUSR1 (preemption) or Ctrl-C (SIGINT) saves a checkpoint after the current step and\n"
+    "exits with 128 + the signal (130 for Ctrl-C); a second Ctrl-C stops at once, without one.\n"
+    "Exit status: 0 on success (also when the run is already at train.steps), 2 for a bad\n"
+    "configuration, 1 when training fails (bad data, a non-finite loss).\n";
 
 static const char *g_eval_help =
     "usage: mirror eval CONFIG [--checkpoint PATH] [--set key=value ...]\n"
@@ -268,9 +271,11 @@ static mr_status run_one(const mr_experiment *e, const char *dir, mr_train_resul
     mr_train_cfg c;
     char *yaml = NULL;
     const int leader = !g_job || mr_comm_rank(g_job) == 0;
-    mr_status st = leader ? mr_mkdirs(dir) : MR_OK;
+    /* the configuration, and whether the directory may take this run, before anything is written */
+    mr_status st = to_train_cfg(e, dir, &c);
+    if (st == MR_OK && leader) st = mr_train_check_run_dir(&c);
+    if (st == MR_OK && leader) st = mr_mkdirs(dir);
     if (st == MR_OK && leader) st = save_config(e, dir);
-    if (st == MR_OK) st = to_train_cfg(e, dir, &c);
     c.comm = g_job;
     if (st == MR_OK && g_job && !leader && e->distribute.rank_logs) {
         /* this rank's own log: <dir>/rank-N.log gets its stdout and stderr */
@@ -311,8 +316,26 @@ static int end_job(int code) {
 
 static void on_preempt(int signo) { mr_train_request_stop(signo); }
 
+/* Ctrl-C: the first asks for a checkpoint after the current step (exit 130, as SIGTERM); the
+ * second stops at once, by the default action, so the shell sees a process killed by SIGINT.
+ * Only async-signal-safe calls here. */
+static volatile sig_atomic_t g_interrupts;
+static void on_interrupt(int signo) {
+    static const char first[] = "\nmirror: interrupted: saving a checkpoint after this step (Ctrl-C again to stop at "
+                                "once, without one)\n";
+    static const char second[] = "\nmirror: interrupted again: stopping now, without a checkpoint\n";
+    if (g_interrupts++ == 0) {
+        mr_train_request_stop(signo);
+        if (write(STDERR_FILENO, first, sizeof first - 1) < 0) return;
+        return;
+    }
+    if (write(STDERR_FILENO, second, sizeof second - 1) < 0) { /* nothing more to do about it */ }
+    signal(signo, SIG_DFL);
+    raise(signo);
+}
+
 /* SIGTERM (Slurm, Kubernetes, mpirun's teardown) and SIGUSR1 (Slurm's --signal=USR1@N warning)
- * make the trainer checkpoint and stop after the current step. */
+ * make the trainer checkpoint and stop after the current step; so does a first SIGINT (Ctrl-C). */
 static void install_preemption_handlers(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -320,6 +343,8 @@ static void install_preemption_handlers(void) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
+    sa.sa_handler = on_interrupt;
+    sigaction(SIGINT, &sa, NULL);
 }
 
 static int cmd_train(int argc, char **argv) {
@@ -350,6 +375,14 @@ static int cmd_train(int argc, char **argv) {
         printf("stopped by signal %d after step %lld; checkpoint %s; run the same command to resume\n", r.stopped_by,
                (long long)r.steps, r.checkpoint[0] ? r.checkpoint : "(none: checkpoint.dir is not set)");
         return end_job(128 + r.stopped_by);
+    }
+    if (r.resumed_from > 0 && r.resumed_from == r.steps) {
+        /* nothing was trained: no loss to report; the evaluation of the checkpoint is real */
+        printf("the run in %s is already at its last step (%lld, train.steps); nothing to train", dir, (long long)r.steps);
+        if (!isnan(r.eval_accuracy)) printf("; eval accuracy %.4f", r.eval_accuracy);
+        if (!isnan(r.eval_perplexity)) printf("; eval perplexity %.3f", r.eval_perplexity);
+        printf("\nHINT: raise train.steps to train on, or set checkpoint.dir to a new directory to start over\n");
+        return end_job(0);
     }
     printf("trained %lld steps in %.1f s: loss %.4f", (long long)r.steps, r.seconds, r.last_loss);
     if (r.skipped_steps) printf(" (%lld steps skipped by the loss scaler, scale %g)", (long long)r.skipped_steps, r.loss_scale);

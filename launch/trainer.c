@@ -428,10 +428,31 @@ static mr_status open_metrics(const char *run_dir, int64_t keep_upto, FILE **out
     return MR_OK;
 }
 
+mr_status mr_train_check_run_dir(const mr_train_cfg *c) {
+    if (c->resume && !strcmp(c->resume, "never") && c->ckpt_dir) {
+        int64_t *steps = NULL;
+        int n = 0;
+        mr_status st = mr_ckpt_scan(c->ckpt_dir, &steps, &n);
+        int64_t newest = n > 0 ? steps[n - 1] : 0;
+        free(steps);
+        if (st != MR_OK) return st;
+        if (n > 0)
+            return mr_set_error(MR_ERR_INVALID,
+                                "checkpoint.resume: never, but checkpoint.dir '%s' holds %d checkpoint(s) of an earlier run "
+                                "(the newest at step %lld); a fresh run there would mix the two; HINT: set checkpoint.dir to "
+                                "a new directory, or checkpoint.resume: auto to continue that run",
+                                c->ckpt_dir, n, (long long)newest);
+    }
+    return MR_OK;
+}
+
 /* The checkpoint to resume from: "auto" -> the newest complete one in ckpt_dir (none: start
- * fresh), a path -> that file, "never"/NULL/"" -> none. */
+ * fresh), a path -> that file, "never"/NULL/"" -> none (refused by mr_train_check_run_dir when
+ * ckpt_dir holds checkpoints). */
 static mr_status pick_resume(const mr_train_cfg *c, char *path, size_t cap, int *found) {
     *found = 0;
+    mr_status st = mr_train_check_run_dir(c);
+    if (st != MR_OK) return st;
     if (!c->resume || !*c->resume || !strcmp(c->resume, "never")) return MR_OK;
     if (!strcmp(c->resume, "auto")) {
         if (!c->ckpt_dir) return MR_OK;
@@ -584,6 +605,9 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
     const double t_start = now_s();
     double t_data = 0, t_fwd = 0, t_bwd = 0, t_opt = 0, t_comm = 0, t_log = t_start;
     int64_t timed = 0; /* steps since the last log line */
+    if (!c->quiet && tr.rank == 0 && c->schedule.warmup > c->steps)
+        mr_log_warn("schedule.warmup (%lld steps) is longer than train.steps (%lld): the learning rate rises for the "
+                    "whole run and never reaches optimizer.lr", (long long)c->schedule.warmup, (long long)c->steps);
     if (!c->quiet)
         mr_log_info("training %lld parameters for %lld steps, batch %lld, %s%s, GEMM: %s",
                     (long long)mr_params_total(tr.ps), (long long)c->steps, (long long)c->batch,
@@ -695,7 +719,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
             if (tr.zero) MR_TRY(tr_zero_all(&tr, &finite));
             double scale = tr.scaler.scale;
             apply = mr_loss_scaler_update(&tr.scaler, finite);
-            MR_CHECK(apply || scale > tr.scaler.min_scale || isfinite(step_loss), MR_ERR_INVALID,
+            MR_CHECK(apply || scale > tr.scaler.min_scale || isfinite(step_loss), MR_ERR_NUMERIC,
                      "non-finite loss (%g) at step %lld with the loss scale at its floor (%g); HINT: lower "
                      "optimizer.lr, set optimizer.grad_clip, or use mixed_bfloat16",
                      step_loss, (long long)step, tr.scaler.min_scale);
@@ -706,7 +730,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
                 mr_grads_unscale(upd_g, upd_n, scale);
             }
         } else {
-            MR_CHECK(isfinite(step_loss), MR_ERR_INVALID,
+            MR_CHECK(isfinite(step_loss), MR_ERR_NUMERIC,
                      "non-finite loss (%g) at step %lld; HINT: lower optimizer.lr or set optimizer.grad_clip%s", step_loss,
                      (long long)step,
                      dp && dv->dev.kind == MR_DEVICE_CUDA

@@ -131,8 +131,16 @@ mr_status mr_mkdirs(const char *dir) MR_WUR;
  * to a run that never stopped: parameters, optimizer state, loss scaler, data order, dropout
  * masks and the metrics all continue exactly). MR_ERR_INVALID (a bad config, naming the field),
  * MR_ERR_NOT_FOUND / IO / FORMAT (data, checkpoints: naming the file and the parameter),
- * MR_ERR_INVALID "non-finite loss at step N" when training diverges. */
+ * MR_ERR_NUMERIC "non-finite loss at step N" when training diverges; MR_ERR_INVALID when resume is
+ * "never" and ckpt_dir already holds checkpoints (a run directory belongs to one run). */
 mr_status mr_train(const mr_train_cfg *cfg, mr_train_result *res) MR_WUR;
+
+/* MR_OK unless c->resume is "never" and c->ckpt_dir already holds checkpoints: then MR_ERR_INVALID
+ * naming the directory, with a HINT (a new directory, or resume: auto). A run directory belongs to
+ * one run: a fresh run there would overwrite its metrics, leave the old checkpoints to a later
+ * resume: auto, and prune its own. mr_train checks it too; the CLI calls it before it writes the
+ * directory's config.yaml. MR_ERR_IO when the directory cannot be listed. */
+mr_status mr_train_check_run_dir(const mr_train_cfg *c) MR_WUR;
 
 /* Asks a running mr_train to stop after its current step, saving a checkpoint first when
  * ckpt_dir is set (preemption: SIGTERM, SIGUSR1). Async-signal-safe: call it from a handler. */

@@ -63,11 +63,12 @@ mr_status tr_dev_init(trainer *t, int with_optim) {
     dv->dev = mr_device_cpu();
     if (c->device_kind == MR_DEVICE_CUDA) {
         int count = mr_cuda_device_count();
-        MR_CHECK(count > 0, MR_ERR_NOT_FOUND,
+        /* a configuration error (exit 2): the config asks for a device this machine lacks */
+        MR_CHECK(count > 0, MR_ERR_INVALID,
                  "distribute.devices: a CUDA device was asked for, but %s; HINT: run `mirror doctor`, or train on cpu",
                  mr_cuda_compiled() ? "no GPU is usable" : "this mirror was built without CUDA");
         int g = c->gpus[0] >= 0 ? c->gpus[0] : local_rank() % count;
-        MR_CHECK(g < count, MR_ERR_NOT_FOUND,
+        MR_CHECK(g < count, MR_ERR_INVALID,
                  "distribute.devices: cuda:%d does not exist (%d visible); HINT: check CUDA_VISIBLE_DEVICES", g, count);
         dv->dev = (mr_device){MR_DEVICE_CUDA, g};
     }

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # End to end through build/mirror: `mirror doctor` passes its self-check (and, on a machine without a
-# GPU, says so), a short training run learns and writes its files, a bad config
-# exits 2 naming the key with a HINT, a bad --set exits 2, a missing data file exits 2, a small
-# sweep writes results.csv and skips finished trials when run again.
+# GPU, says so), a short training run learns and writes its files, rerunning it says it is at its
+# last step (exit 0), resume: never into its directory exits 2, a warmup longer than the run warns,
+# a diverging run exits 1, a bad config exits 2 naming the key with a HINT, a bad --set exits 2, a
+# missing data file exits 2, a small sweep writes results.csv and skips finished trials when run
+# again.
 # Usage: tests/e2e/cli.sh path/to/mirror  (CTest passes the built binary)
 set -uo pipefail
 mirror=${1:?usage: cli.sh path/to/mirror}
@@ -34,9 +36,44 @@ check "metrics.jsonl has the final evaluation" "grep -q eval_accuracy '$tmp/run/
 check "config.yaml is written" "grep -q 'steps: 60' '$tmp/run/config.yaml'"
 first=$(grep samples_per_s "$tmp/run/metrics.jsonl" | head -1 | sed 's/.*"loss": \([0-9.]*\).*/\1/')
 last=$(grep samples_per_s "$tmp/run/metrics.jsonl" | tail -1 | sed 's/.*"loss": \([0-9.]*\).*/\1/')
-check "the loss falls ($first -> $last)" "awk -v a=$first -v b=$last 'BEGIN { exit !(b < a) }'"
+check "the loss falls ($first -> $last)" "num_lt '$last' '$first'"
 acc=$(echo "$out" | sed -n 's/.*eval accuracy \([0-9.]*\).*/\1/p' | tail -1)
-check "accuracy after 60 steps > 0.6 ($acc)" "awk -v a=${acc:-0} 'BEGIN { exit !(a > 0.6) }'"
+check "accuracy after 60 steps > 0.6 ($acc)" "num_gt '$acc' 0.6"
+
+# 1b. the same command again: the run is at its last step; exit 0, no invented loss
+out=$("$mirror" train "$root/configs/default.yaml" --set train.steps=60 --set train.log_every=20 \
+      --set train.eval_every=0 --set schedule.warmup=10 --set "checkpoint.dir=$tmp/run" 2>&1); rc=$?
+echo "$out" | tail -2
+check "rerunning a finished run exits 0 ($rc) saying it is already at its last step" \
+      "[ $rc -eq 0 ] && echo \"\$out\" | grep -q 'is already at its last step (60, train.steps)'"
+check "...without printing a loss for steps it did not train" "[ -n \"\$out\" ] && ! echo \"\$out\" | grep -qE '^trained|loss [0-9]'"
+# resume: never into a directory that holds another run's checkpoints: refused, nothing touched
+before=$(ls -l --time-style=full-iso "$tmp/run" | md5sum)
+out=$("$mirror" train "$root/configs/default.yaml" --set train.steps=60 --set checkpoint.resume=never \
+      --set "checkpoint.dir=$tmp/run" 2>&1); rc=$?
+echo "$out" | tail -2
+check "resume: never into a run directory with checkpoints exits 2 naming it, with a HINT" \
+      "[ $rc -eq 2 ] && echo \"\$out\" | grep -q \"checkpoint.resume: never, but checkpoint.dir '$tmp/run' holds 1 checkpoint\" && echo \"\$out\" | grep -q '^HINT: .*new directory.*resume: auto'"
+check "...and leaves the directory as it was" "same \"$before\" \"\$(ls -l --time-style=full-iso $tmp/run | md5sum)\""
+# a warmup longer than the run: a warning, not an error (README: train.steps=10 on the default experiment)
+out=$("$mirror" train "$root/configs/default.yaml" --set train.steps=10 --set train.eval_every=0 \
+      --set "checkpoint.dir=$tmp/short" 2>&1); rc=$?
+echo "$out" | tail -1
+check "train.steps=10 with schedule.warmup 100 trains (exit $rc) and warns" \
+      "[ $rc -eq 0 ] && echo \"\$out\" | grep -q 'warn.*schedule.warmup (100 steps) is longer than train.steps (10)' && [ -f $tmp/short/ckpt-00000010.h5 ]"
+# divergence (a non-finite loss) is a failed run: exit 1, as README says
+cat >"$tmp/diverge.yaml" <<YAML
+model: {type: mlp, sizes: [784, 32, 10]}
+data:
+  train: {source: idx, images: $fm/train-images-idx3-ubyte.gz, labels: $fm/train-labels-idx1-ubyte.gz, shuffle: 1000}
+optimizer: {type: sgd, lr: 1.0e+9}
+train: {steps: 30, batch: 64, eval_every: 0, log_every: 10}
+checkpoint: {dir: $tmp/diverge}
+YAML
+out=$("$mirror" train "$tmp/diverge.yaml" 2>&1); rc=$?
+echo "$out" | tail -2
+check "a diverging run exits 1 ($rc) naming the step, with a HINT" \
+      "[ $rc -eq 1 ] && echo \"\$out\" | grep -q 'non-finite loss (.*) at step' && echo \"\$out\" | grep -q '^HINT: '"
 
 # 2. configuration errors: exit 2, the key named, a HINT
 out=$("$mirror" train "$root/tests/configs/bad/typo_lr.yaml" 2>&1); rc=$?
@@ -58,7 +95,7 @@ check "CPU and GPU replicas mixed exits 2" "[ $rc -eq 2 ] && echo \"\$out\" | gr
 if ! nvidia-smi -L >/dev/null 2>&1; then
     out=$("$mirror" train "$root/configs/default.yaml" --set 'distribute.devices=[cuda:0]' --set train.steps=60 \
         --set schedule.warmup=10 --set "checkpoint.dir=$tmp/gpu" 2>&1); rc=$?
-    check "training on cuda:0 without a GPU fails with a HINT" "[ $rc -ne 0 ] && echo \"\$out\" | grep -q 'a CUDA device was asked for' && echo \"\$out\" | grep -q 'HINT'"
+    check "training on cuda:0 without a GPU is a configuration error (exit $rc, want 2) with a HINT" "[ $rc -eq 2 ] && echo \"\$out\" | grep -q 'a CUDA device was asked for' && echo \"\$out\" | grep -q 'HINT'"
 fi
 
 # 3. a 2-trial grid sweep, run twice: the second run skips both trials
@@ -95,6 +132,6 @@ echo "$out" | tail -4
 check "gpt train exits 0" "[ $rc -eq 0 ]"
 check "gpt prints a sample" "echo \"\$out\" | grep -q '^sample:'"
 ppl=$(echo "$out" | sed -n 's/.*eval perplexity \([0-9.]*\).*/\1/p' | tail -1)
-check "gpt learns: perplexity < 8 ($ppl; 28 characters)" "awk -v p=${ppl:-99} 'BEGIN { exit !(p < 8) }'"
+check "gpt learns: perplexity < 8 ($ppl; 28 characters)" "num_lt '$ppl' 8"
 
 finish
