@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include "core/log.h"
 #include "launch/config_impl.h"
 
 _Static_assert(sizeof(mr_model_type) == sizeof(int), "enum fields are written as int");
@@ -92,12 +93,106 @@ const field mr_cfg_fields[] = {
     FB("distribute.shard_optimizer", distribute.shard_optimizer),
     FB("distribute.rank_logs", distribute.rank_logs),
     FB("distribute.cuda_graphs", distribute.cuda_graphs),
+    FB("log.progress", log.progress),
     FE("sweep.method", sweep.method, METHODS), FI("sweep.trials", sweep.trials, 1), FI("sweep.seed", sweep.seed, 0),
     FS("sweep.metric", sweep.metric, F_NONEMPTY), FE("sweep.goal", sweep.goal, GOALS),
     {"sweep.params", K_PARAMS, OFF(sweep), 0, 0, 0, 0, NULL},
 };
 const int mr_cfg_n_fields = (int)(sizeof mr_cfg_fields / sizeof mr_cfg_fields[0]);
 #define FIELDS mr_cfg_fields
+_Static_assert(sizeof mr_cfg_fields / sizeof mr_cfg_fields[0] <= 8 * sizeof(((mr_experiment *)0)->overridden),
+               "one overridden bit per key");
+
+/* ---- which keys apply -------------------------------------------------------------------------- */
+
+/* Is `leaf` one of the space-separated words of `list`? */
+static int in_list(const char *list, const char *leaf) {
+    size_t n = strlen(leaf);
+    for (const char *p = list; (p = strstr(p, leaf)); p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return 1;
+    return 0;
+}
+
+/* Each rule: keys (leaves under a section) that only a choice of a selector key uses. */
+static int unused_by(const char *leaf, const char *keys, const char *const *names, int chosen, const char *users,
+                     const char *selector, char *why, size_t cap) {
+    if (!in_list(keys, leaf) || in_list(users, names[chosen])) return 0;
+    snprintf(why, cap, "with %s %s (only %s use%s it)", selector, names[chosen], users, strchr(users, ' ') ? "" : "s");
+    return 1;
+}
+
+int mr_cfg_unused(const mr_experiment *e, const field *f, char *why, size_t cap) {
+    const char *path = f->path, *leaf = strrchr(path, '.');
+    leaf = leaf ? leaf + 1 : path;
+    why[0] = '\0';
+    if (!strncmp(path, "model.", 6)) {
+        int t = (int)e->model.type;
+        return unused_by(leaf, "sizes", MODEL_TYPES, t, "mlp", "model.type", why, cap) ||
+               unused_by(leaf, "input channels hidden classes", MODEL_TYPES, t, "cnn", "model.type", why, cap) ||
+               unused_by(leaf, "vocab context layers heads embd dropout", MODEL_TYPES, t, "gpt", "model.type", why, cap);
+    }
+    if (!strncmp(path, "data.", 5)) {
+        const int train = !strncmp(path, "data.train.", 11);
+        const mr_data_cfg *d = train ? &e->data.train : &e->data.eval;
+        const char *sel = train ? "data.train.source" : "data.eval.source";
+        int s = (int)d->source;
+        if (!strcmp(leaf, "source")) return 0;
+        if (!strcmp(leaf, "seed")) {
+            snprintf(why, cap, "(the shuffle is seeded by the top-level seed)");
+            return 1;
+        }
+        if (!train && !strcmp(leaf, "shuffle")) {
+            snprintf(why, cap, "(evaluation reads its data in order)");
+            return 1;
+        }
+        if (d->source == MR_SRC_NONE) {
+            snprintf(why, cap, "with %s none", sel);
+            return 1;
+        }
+        return unused_by(leaf, "images labels", SOURCES, s, "idx", sel, why, cap) ||
+               unused_by(leaf, "path", SOURCES, s, "tokens text hdf5", sel, why, cap) ||
+               unused_by(leaf, "x_dataset y_dataset", SOURCES, s, "hdf5", sel, why, cap) ||
+               unused_by(leaf, "context", SOURCES, s, "tokens text", sel, why, cap) ||
+               unused_by(leaf, "token_bytes", SOURCES, s, "tokens", sel, why, cap);
+    }
+    if (!strncmp(path, "optimizer.", 10)) {
+        int t = (int)e->optimizer.type;
+        return unused_by(leaf, "momentum nesterov", OPTIMS, t, "sgd", "optimizer.type", why, cap) ||
+               unused_by(leaf, "beta1 beta2 eps", OPTIMS, t, "adam adamw", "optimizer.type", why, cap);
+    }
+    if (!strncmp(path, "schedule.", 9)) {
+        int t = (int)e->schedule.type;
+        return unused_by(leaf, "step_size gamma", SCHEDS, t, "step", "schedule.type", why, cap) ||
+               unused_by(leaf, "min_lr", SCHEDS, t, "cosine linear", "schedule.type", why, cap);
+    }
+    if (!strncmp(path, "precision.loss_scale.", 21))
+        return unused_by(leaf, leaf, POLICIES, (int)e->precision.policy, "mixed_float16", "precision.policy", why, cap);
+    if (!strncmp(path, "sweep.", 6)) {
+        int m = (int)e->sweep.method;
+        return unused_by(leaf, "trials seed", METHODS, m, "random", "sweep.method", why, cap) ||
+               unused_by(leaf, "metric goal", METHODS, m, "grid random", "sweep.method", why, cap);
+    }
+    return 0;
+}
+
+/* The key whose value decides whether f applies ("model.type"), or NULL. */
+static const char *selector_of(const field *f) {
+    static const char *const sel[][2] = {{"model.", "model.type"}, {"data.train.", "data.train.source"},
+                                         {"data.eval.", "data.eval.source"}, {"optimizer.", "optimizer.type"},
+                                         {"schedule.", "schedule.type"}, {"precision.loss_scale.", "precision.policy"},
+                                         {"sweep.", "sweep.method"}};
+    for (size_t i = 0; i < sizeof sel / sizeof sel[0]; i++)
+        if (!strncmp(f->path, sel[i][0], strlen(sel[i][0]))) return sel[i][1];
+    return NULL;
+}
+
+/* Does e's sweep vary the key that decides whether f applies (then f may apply to some trials)? */
+static int selector_swept(const mr_experiment *e, const field *f) {
+    const char *s = selector_of(f);
+    for (int i = 0; s && i < e->sweep.n_params; i++)
+        if (!strcmp(e->sweep.params[i].key, s)) return 1;
+    return 0;
+}
 
 /* Set while a config is loaded and then overridden (mr_experiment_defer_file_checks): a path in
  * the file that --set replaces need not exist. Per thread, like the error message. */
@@ -335,9 +430,10 @@ mr_status mr_cfg_set_scalar(mr_experiment *e, const field *f, const char *s, pos
 /* ---- node setters ------------------------------------------------------------------------------ */
 
 /* Where each key was seen (for the cross-key messages after the walk). */
+struct key_mark { char path[96]; int line, col; };
 typedef struct key_marks {
     int n;
-    struct { char path[96]; int line, col; } at[256];
+    struct key_mark at[256];
 } key_marks;
 
 typedef struct walker {
@@ -347,18 +443,34 @@ typedef struct walker {
     key_marks *marks; /* NULL: not recorded */
 } walker;
 
-/* Position of `key` or of its nearest enclosing section that was seen; else 1:1. */
-static pos key_pos(const char *origin, const key_marks *km, const char *key) {
+static int is_overridden(const mr_experiment *e, const char *key) {
+    const field *f = mr_cfg_find_field(key);
+    if (!f) return 0;
+    int i = (int)(f - FIELDS);
+    return (e->overridden[i / 8] >> (i % 8)) & 1;
+}
+
+/* The mark of exactly `key`, or NULL. */
+static const struct key_mark *mark_of(const key_marks *km, const char *key) {
+    for (int i = 0; km && i < km->n; i++)
+        if (!strcmp(km->at[i].path, key)) return &km->at[i];
+    return NULL;
+}
+
+/* Where `key` was given: "--set" when an override set it last, else its line in the file, else
+ * its nearest enclosing section's; a key given nowhere has no position ("<origin>: "). */
+static pos key_pos(const mr_experiment *e, const char *origin, const key_marks *km, const char *key) {
+    if (e && is_overridden(e, key)) return (pos){"--set", 0, 0};
     char k[96];
     snprintf(k, sizeof k, "%s", key);
     while (km && *k) {
-        for (int i = 0; i < km->n; i++)
-            if (!strcmp(km->at[i].path, k)) return (pos){origin, km->at[i].line, km->at[i].col};
+        const struct key_mark *m = mark_of(km, k);
+        if (m) return (pos){origin, m->line, m->col};
         char *dot = strrchr(k, '.');
         if (!dot) break;
         *dot = '\0';
     }
-    return (pos){origin, 1, 1};
+    return (pos){origin, 0, 0};
 }
 
 static pos node_pos(const walker *w, const yaml_node_t *n) {
@@ -690,6 +802,7 @@ mr_experiment mr_experiment_default(void) {
     e.distribute.backend = MR_BACKEND_AUTO;
     e.distribute.bucket_mb = 16; /* Open MPI 4.1 slows sharply above 16 MB per call */
     e.distribute.timeout_s = 300;
+    e.log.progress = 1;
     e.sweep.trials = 10;
     strcpy(e.sweep.metric, "eval_accuracy");
     return e;
@@ -709,8 +822,89 @@ mr_status mr_experiment_copy(mr_experiment *dst, const mr_experiment *src) {
     return MR_OK;
 }
 
-static mr_status check_impl(const mr_experiment *e, const char *origin, const key_marks *km) {
-#define P(key) key_pos(origin, km, key)
+/* Records where every key of the mapping `map` (at section `sec`) is, recursing into sections as
+ * walk() does; for the checks after --set, which see only e->yaml_text. */
+static void collect_marks(yaml_document_t *doc, const yaml_node_t *map, const char *sec, key_marks *km) {
+    if (map->type != YAML_MAPPING_NODE) return;
+    for (yaml_node_pair_t *pr = map->data.mapping.pairs.start; pr < map->data.mapping.pairs.top; pr++) {
+        yaml_node_t *k = yaml_document_get_node(doc, pr->key), *v = yaml_document_get_node(doc, pr->value);
+        if (!k || !v || k->type != YAML_SCALAR_NODE) continue;
+        char full[256];
+        snprintf(full, sizeof full, "%s%s%s", sec, *sec ? "." : "", SCALAR(k));
+        if (km->n < 256 && strlen(full) < 96) {
+            strcpy(km->at[km->n].path, full);
+            km->at[km->n].line = (int)k->start_mark.line + 1;
+            km->at[km->n].col = (int)k->start_mark.column + 1;
+            km->n++;
+        }
+        if (!mr_cfg_find_field(full) && is_section(full)) collect_marks(doc, v, full, km);
+    }
+}
+
+/* The key marks of yaml_text (NULL when there is none or it does not parse). Caller frees. */
+static key_marks *marks_of_text(const char *yaml_text) {
+    if (!yaml_text) return NULL;
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    key_marks *km = calloc(1, sizeof *km);
+    if (!km || !yaml_parser_initialize(&parser)) {
+        free(km);
+        return NULL;
+    }
+    yaml_parser_set_input_string(&parser, (const unsigned char *)yaml_text, strlen(yaml_text));
+    if (yaml_parser_load(&parser, &doc)) {
+        yaml_node_t *root = yaml_document_get_root_node(&doc);
+        if (root) collect_marks(&doc, root, "", km);
+        yaml_document_delete(&doc);
+    }
+    yaml_parser_delete(&parser);
+    return km;
+}
+
+/* Keys that have no effect for e's choices. A key given by --set is an error; a key of the file
+ * is an error when the file's own values make it pointless (final = 0, while parsing) and a
+ * warning when a --set override did (final = 1: the file cannot be edited from the command line).
+ * A key whose deciding key is swept may apply to some trials and is left alone. */
+static mr_status check_unused(const mr_experiment *e, const char *origin, const key_marks *km, int final) {
+    char why[160];
+    for (int i = 0; i < N_FIELDS; i++) {
+        const field *f = &FIELDS[i];
+        const int by_set = is_overridden(e, f->path);
+        const struct key_mark *m = mark_of(km, f->path);
+        if ((!by_set && !m) || selector_swept(e, f) || !mr_cfg_unused(e, f, why, sizeof why)) continue;
+        if (by_set)
+            return perr(MR_ERR_INVALID, ((pos){"--set", 0, 0}), "%s: has no effect %s; HINT: drop --set %s", f->path, why,
+                        f->path);
+        pos p = {origin, m->line, m->col};
+        if (!final)
+            return perr(MR_ERR_INVALID, p, "%s: has no effect %s; HINT: remove the key (the resolved config.yaml lists "
+                                           "only the keys that apply)", f->path, why);
+        const char *sel = selector_of(f);
+        if (!sel || !is_overridden(e, sel)) continue; /* e.g. a sweep trial: its own values decide */
+        char where[MR_CFG_PATH_MAX + 32];
+        const char *base = strrchr(origin, '/');
+        snprintf(where, sizeof where, "%s:%d:%d", base ? base + 1 : origin, p.line, p.col);
+        mr_log_warn("%s: %s: ignored: it has no effect %s (--set %s)", where, f->path, why, sel);
+    }
+    for (int i = 0; i < e->sweep.n_params; i++) {
+        const field *f = mr_cfg_find_field(e->sweep.params[i].key);
+        if (f && !selector_swept(e, f) && mr_cfg_unused(e, f, why, sizeof why))
+            return perr(MR_ERR_INVALID, key_pos(e, origin, km, "sweep.params"), "sweep.params.%s: has no effect %s",
+                        f->path, why);
+    }
+    for (int i = 0; i < 2; i++) {
+        const mr_data_cfg *d = i ? &e->data.eval : &e->data.train;
+        const char *key = i ? "data.eval.context" : "data.train.context";
+        if ((d->source == MR_SRC_TOKENS || d->source == MR_SRC_TEXT) && d->context && d->context != e->model.context)
+            return perr(MR_ERR_INVALID, key_pos(e, origin, km, key),
+                        "%s: must equal model.context (%lld) or be left out, got %lld (windows are model.context tokens)",
+                        key, (long long)e->model.context, (long long)d->context);
+    }
+    return MR_OK;
+}
+
+static mr_status check_impl(const mr_experiment *e, const char *origin, const key_marks *km, int final) {
+#define P(key) key_pos(e, origin, km, key)
     if (!g_defer_files) /* the final values (after --set), when the checks were deferred */
         for (int i = 0; i < mr_cfg_n_fields; i++) {
             const field *f = &FIELDS[i];
@@ -718,6 +912,8 @@ static mr_status check_impl(const mr_experiment *e, const char *origin, const ke
             mr_status fs = file_check(f, (const char *)e + f->off, P(f->path));
             if (fs) return fs;
         }
+    mr_status us = check_unused(e, origin, km, final);
+    if (us) return us;
     const mr_data_cfg *ds[2] = {&e->data.train, &e->data.eval};
     for (int i = 0; i < 2; i++) {
         const char *nm = i ? "data.eval" : "data.train";
@@ -754,7 +950,12 @@ static mr_status check_impl(const mr_experiment *e, const char *origin, const ke
 }
 #undef P
 
-mr_status mr_experiment_check(const mr_experiment *e, const char *origin) { return check_impl(e, origin, NULL); }
+mr_status mr_experiment_check(const mr_experiment *e, const char *origin) {
+    key_marks *km = marks_of_text(e->yaml_text);
+    mr_status st = check_impl(e, origin, km, 1);
+    free(km);
+    return st;
+}
 
 mr_status mr_experiment_parse(const char *yaml_text, const char *name, mr_experiment *out) {
     mr_status st = MR_OK;
@@ -795,7 +996,7 @@ mr_status mr_experiment_parse(const char *yaml_text, const char *name, mr_experi
         yaml_document_delete(&doc2);
         if (more) { st = perr(MR_ERR_INVALID, at_mark(name, m), "more than one YAML document"); goto fail_parser; }
     }
-    MR_TRY(check_impl(e, name, km));
+    MR_TRY(check_impl(e, name, km, 0));
     MR_CHECK((e->yaml_text = strdup(yaml_text)) != NULL, MR_ERR_NOMEM, "%s: out of memory", name);
     yaml_document_delete(&doc);
     yaml_parser_delete(&parser);
@@ -878,6 +1079,8 @@ mr_status mr_experiment_set(mr_experiment *e, const char *assignment) {
     yaml_parser_delete(&parser);
     if (st == MR_OK) {
         tmp->yaml_text = e->yaml_text;
+        int i = (int)((f ? f : mr_cfg_find_field("sweep.params")) - FIELDS);
+        tmp->overridden[i / 8] |= (unsigned char)(1u << (i % 8));
         memcpy(e, tmp, sizeof *e);
     }
     free(tmp);

@@ -106,7 +106,9 @@ typedef struct mr_experiment {
         int n_params;
         mr_sweep_param params[MR_SWEEP_MAX_PARAMS];
     } sweep;
+    struct { int progress; } log; /* progress: a line per log step (false: only evaluations and messages) */
     char *yaml_text; /* the original YAML as read (owned; NULL for a default); saved in checkpoints */
+    unsigned char overridden[16]; /* bit i: the key mr_cfg_fields[i] was given by mr_experiment_set (--set) */
 } mr_experiment;
 
 /* The defaults (the reference CNN, adamw lr 1e-3, cosine, f32, 1000 steps of batch 64, no data).
@@ -141,11 +143,18 @@ mr_status mr_experiment_load(const char *path, mr_experiment *out) MR_WUR;
 mr_status mr_experiment_set(mr_experiment *e, const char *assignment) MR_WUR;
 
 /* The cross-key rules (required data keys for the source, embd % heads, batch % accumulate,
- * a warning when warmup > steps, sweep consistency); errors are prefixed "<origin>:1:". */
+ * a warning when warmup > steps, sweep consistency) and the keys that apply: a key given by --set that has no
+ * effect for the values chosen (model.dropout with model.type cnn, optimizer.momentum with adam,
+ * precision.loss_scale without mixed_float16, ...) is an error; a key of the file that a --set
+ * override made pointless (--set model.type=mlp on a cnn file) is dropped with a warning. Errors
+ * name where the key was given: "<file>:<line>:<col>: " (positions from e->yaml_text), "--set: ",
+ * or "<origin>: " for a key given nowhere (a missing required value). */
 mr_status mr_experiment_check(const mr_experiment *e, const char *origin) MR_WUR;
 
-/* The resolved config as YAML (caller frees *yaml_out with free()). parse(to_yaml(e)) equals e
- * in every field but yaml_text. MR_ERR_NOMEM. */
+/* The resolved config as YAML (caller frees *yaml_out with free()): only the keys that apply to
+ * e's choices (an mlp's sizes, not a cnn's channels; sgd's momentum, not adam's betas), so the
+ * text and the hash say what the run does. parse(to_yaml(e)) equals e in every field that applies
+ * (the rest are the defaults). MR_ERR_NOMEM. */
 mr_status mr_experiment_to_yaml(const mr_experiment *e, char **yaml_out) MR_WUR;
 
 /* FNV-1a 64 of to_yaml's text: equal configs hash equal on every machine; yaml_text is ignored. */

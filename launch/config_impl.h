@@ -28,6 +28,10 @@ typedef struct pos {
 extern const field mr_cfg_fields[];
 extern const int mr_cfg_n_fields;
 
+/* 1 when key f has no effect for e's choices (model.dropout unless model.type is gpt), with the
+ * reason in why ("with model.type cnn (only gpt uses it)"); 0 when it applies. */
+int mr_cfg_unused(const mr_experiment *e, const field *f, char *why, size_t cap);
+
 /* The table entry for a dotted key, or NULL. */
 const field *mr_cfg_find_field(const char *path);
 

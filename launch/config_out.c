@@ -1,5 +1,5 @@
-/* The resolved config's way out: to_yaml (every table key in table order, so the text is
- * complete and canonical), the hash over that text, and sweep expansion (trials get their values
+/* The resolved config's way out: to_yaml (every table key that applies to the experiment's
+ * choices, in table order, so the text is complete and canonical), the hash over that text, and sweep expansion (trials get their values
  * through the same setter as --set). */
 #include <math.h>
 #include <stdarg.h>
@@ -106,8 +106,10 @@ mr_status mr_experiment_to_yaml(const mr_experiment *e, char **yaml_out) {
     sbuf b = {0};
     const char *prev = "";
     sb_printf(&b, "# mirror experiment (resolved)\n");
+    char why[160];
     for (int i = 0; i < N_FIELDS; i++) {
         const char *path = FIELDS[i].path;
+        if (mr_cfg_unused(e, &FIELDS[i], why, sizeof why)) continue; /* only what the run uses */
         /* shared leading sections with the previous key (both end at a dot) */
         size_t common = 0;
         for (size_t j = 0; path[j] && path[j] == prev[j]; j++)

@@ -46,10 +46,12 @@ static void enter_configs_dir(void) {
 }
 static void leave_configs_dir(void) { assert_int_equal(chdir(g_old_cwd), 0); }
 
-/* The message starts with "<file>:<line>:<col>: " (or "--set:<col>: "). */
+/* The message starts with "<file>:<line>:<col>: " (or "--set:<col>: "); a required key that the
+ * file does not have at all (nor its section) has no position: "<file>: ". */
 static void assert_positioned(const char *msg, const char *file) {
     size_t l = strlen(file);
     if (strncmp(msg, file, l) || msg[l] != ':') fail_msg("message does not start with '%s:': %s", file, msg);
+    if (msg[l + 1] == ' ' && strstr(msg, "missing required value")) return;
     int line = 0, col = 0, used = 0;
     if (sscanf(msg + l, ":%d:%d: %n", &line, &col, &used) != 2 || used == 0 || line < 1 || col < 1)
         fail_msg("message has no line:column: %s", msg);
@@ -155,7 +157,7 @@ static void test_good_configs(void **state) {
     assert_int_equal(e.optimizer.type, MR_OPTIM_ADAM);
     assert_true(e.optimizer.beta2 == 0.95);
     assert_int_equal(e.schedule.type, MR_SCHEDULE_LINEAR);
-    assert_int_equal(e.precision.policy, MR_PREC_MIXED_BF16);
+    assert_int_equal(e.precision.policy, MR_PREC_MIXED_F16);
     assert_true(e.precision.loss_scale.initial == 1024);
     assert_int_equal(e.train.accumulate, 4);
     assert_int_equal(e.distribute.n_devices, 2);
@@ -233,6 +235,7 @@ static void test_set(void **state) {
     assert_int_equal(e.distribute.n_devices, 2);
     MR_ASSERT_OK(mr_experiment_set(&e, "distribute.devices=auto"));
     assert_int_equal(e.distribute.n_devices, 0);
+    MR_ASSERT_OK(mr_experiment_set(&e, "optimizer.type=sgd")); /* nesterov applies to sgd only */
     MR_ASSERT_OK(mr_experiment_set(&e, "optimizer.nesterov=true"));
     assert_true(e.optimizer.nesterov);
     MR_ASSERT_OK(mr_experiment_set(&e, "sweep.params.optimizer.lr={min: 1e-4, max: 1e-2, log: true}"));
@@ -272,6 +275,72 @@ static void test_set(void **state) {
     mr_experiment_deinit(&e);
 }
 
+/* Keys that have no effect for the chosen model, source, optimizer, schedule or precision: an
+ * error with the key's position in a file, an error from --set, a warning (and dropped) when a
+ * --set override made a file's key pointless; the resolved YAML lists only what applies; the
+ * cross-key checks after --set point at the key's real origin (not "<file>:1:1"). */
+static void test_unused_keys(void **state) {
+    (void)state;
+    const char *data = "data: {train: {source: idx, images: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz, "
+                       "labels: /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz}}\n";
+    char text[1024];
+    mr_experiment e;
+    snprintf(text, sizeof text, "%smodel: {type: cnn, dropout: 0.5}\n", data);
+    assert_int_equal(mr_experiment_parse(text, "x.yaml", &e), MR_ERR_INVALID);
+    assert_non_null(strstr(mr_last_error(), "x.yaml:2:20: model.dropout: has no effect with model.type cnn (only gpt uses it)"));
+    /* the same key is fine where it applies */
+    snprintf(text, sizeof text, "%smodel: {type: gpt, dropout: 0.5}\noptimizer: {type: sgd, momentum: 0.5}\n", data);
+    MR_ASSERT_OK(mr_experiment_parse(text, "x.yaml", &e));
+    /* the resolved YAML of a gpt with sgd lists neither a cnn's nor an mlp's keys, nor adam's */
+    char *y = NULL;
+    MR_ASSERT_OK(mr_experiment_to_yaml(&e, &y));
+    const char *absent[] = {"sizes:", "channels:", "hidden:", "classes:", "input:", "beta1:", "  eps: ", "loss_scale",
+                            "step_size:", "gamma:", "x_dataset:", "path:", "trials:", "token_bytes:"};
+    for (size_t i = 0; i < sizeof absent / sizeof absent[0]; i++)
+        if (strstr(y, absent[i])) fail_msg("resolved YAML lists '%s', which has no effect:\n%s", absent[i], y);
+    const char *present[] = {"vocab: ", "dropout: 0.5", "momentum: 0.5", "images: ", "progress: true"};
+    for (size_t i = 0; i < sizeof present / sizeof present[0]; i++)
+        if (!strstr(y, present[i])) fail_msg("resolved YAML lacks '%s':\n%s", present[i], y);
+    free(y);
+    /* --set of a key that does not apply: an error naming --set */
+    MR_ASSERT_OK(mr_experiment_set(&e, "optimizer.beta2=0.95"));
+    assert_int_equal(mr_experiment_check(&e, "x.yaml"), MR_ERR_INVALID);
+    assert_non_null(strstr(mr_last_error(), "--set: optimizer.beta2: has no effect with optimizer.type sgd"));
+    mr_experiment_deinit(&e);
+    /* --set model.type=mlp on a cnn file: the file's channels are dropped (a warning), not an error */
+    snprintf(text, sizeof text, "%smodel: {type: cnn, channels: [8, 16]}\ntrain: {batch: 100}\n", data);
+    MR_ASSERT_OK(mr_experiment_parse(text, "c.yaml", &e));
+    MR_ASSERT_OK(mr_experiment_set(&e, "model.type=mlp"));
+    MR_ASSERT_OK(mr_experiment_check(&e, "c.yaml"));
+    MR_ASSERT_OK(mr_experiment_to_yaml(&e, &y));
+    if (strstr(y, "channels:") || !strstr(y, "sizes:")) fail_msg("after --set model.type=mlp:\n%s", y);
+    free(y);
+    /* a cross-key error after --set names the file's line of the key, or --set */
+    MR_ASSERT_OK(mr_experiment_set(&e, "train.accumulate=3"));
+    assert_int_equal(mr_experiment_check(&e, "c.yaml"), MR_ERR_INVALID);
+    assert_non_null(strstr(mr_last_error(), "c.yaml:3:9: train.batch: must be a multiple of train.accumulate (3), got 100"));
+    MR_ASSERT_OK(mr_experiment_set(&e, "train.batch=10"));
+    assert_int_equal(mr_experiment_check(&e, "c.yaml"), MR_ERR_INVALID);
+    assert_non_null(strstr(mr_last_error(), "--set: train.batch: must be a multiple"));
+    mr_experiment_deinit(&e);
+    /* a sweep over optimizer.type: momentum applies to the sgd trials, so it is accepted */
+    snprintf(text, sizeof text, "%soptimizer: {type: adamw, momentum: 0.8}\nsweep: {method: grid, params: {optimizer.type: [sgd, adamw]}}\n",
+             data);
+    MR_ASSERT_OK(mr_experiment_parse(text, "s.yaml", &e));
+    mr_experiment *t;
+    int n;
+    MR_ASSERT_OK(mr_sweep_expand(&e, &t, &n));
+    assert_int_equal(n, 2);
+    MR_ASSERT_OK(mr_experiment_to_yaml(&t[0], &y));
+    assert_non_null(strstr(y, "momentum: 0.8"));
+    free(y);
+    MR_ASSERT_OK(mr_experiment_to_yaml(&t[1], &y));
+    assert_null(strstr(y, "momentum:"));
+    free(y);
+    mr_sweep_free(t, n);
+    mr_experiment_deinit(&e);
+}
+
 static void test_hash(void **state) {
     (void)state;
     mr_experiment a = mr_experiment_default(), b = mr_experiment_default();
@@ -282,8 +351,8 @@ static void test_hash(void **state) {
     b.yaml_text = strdup("seed: 1\n"); /* the original text does not matter, only resolved values */
     MR_ASSERT_OK(mr_experiment_hash(&b, &hb));
     assert_true(ha == hb);
-    const char *sets[] = {"optimizer.lr=0.0010000000000000002", "seed=2", "model.sizes=[784, 10]", "checkpoint.dir=runs/x",
-                          "distribute.devices=[a]", "sweep.params.seed=[1, 2]", "precision.loss_scale.min=2"};
+    const char *sets[] = {"optimizer.lr=0.0010000000000000002", "seed=2", "model.hidden=64", "checkpoint.dir=runs/x",
+                          "distribute.devices=[a]", "sweep.params.seed=[1, 2]", "precision.policy=mixed_float16"};
     for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
         mr_experiment c;
         MR_ASSERT_OK(mr_experiment_copy(&c, &a));
@@ -291,6 +360,18 @@ static void test_hash(void **state) {
         uint64_t hc;
         MR_ASSERT_OK(mr_experiment_hash(&c, &hc));
         if (hc == ha) fail_msg("hash unchanged by --set %s", sets[i]);
+        mr_experiment_deinit(&c);
+    }
+    /* keys that have no effect for the choices (an mlp's sizes on the default cnn, the loss scale in
+     * float32) are not in the resolved text, so they do not change the hash */
+    const char *unused[] = {"model.sizes=[784, 10]", "precision.loss_scale.min=2", "optimizer.momentum=0.5"};
+    for (size_t i = 0; i < sizeof unused / sizeof unused[0]; i++) {
+        mr_experiment c;
+        MR_ASSERT_OK(mr_experiment_copy(&c, &a));
+        MR_ASSERT_OK(mr_experiment_set(&c, unused[i]));
+        uint64_t hc;
+        MR_ASSERT_OK(mr_experiment_hash(&c, &hc));
+        if (hc != ha) fail_msg("hash changed by --set %s, which has no effect", unused[i]);
         mr_experiment_deinit(&c);
     }
     /* not pinned: it changes with any key or default; ranks compare it within one build */
@@ -379,7 +460,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),     cmocka_unit_test(test_bad_corpus),     cmocka_unit_test(test_positions),
         cmocka_unit_test(test_good_configs), cmocka_unit_test(test_example_configs), cmocka_unit_test(test_set),
-        cmocka_unit_test(test_hash),         cmocka_unit_test(test_sweep_grid),     cmocka_unit_test(test_sweep_random),
+        cmocka_unit_test(test_unused_keys), cmocka_unit_test(test_hash),         cmocka_unit_test(test_sweep_grid),     cmocka_unit_test(test_sweep_random),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
