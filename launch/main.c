@@ -68,10 +68,12 @@ static const char *g_sweep_help =
     "usage: mirror sweep CONFIG [--set key=value ...]\n"
     "\n"
     "Expands CONFIG's sweep: section (grid: every combination; random: sweep.trials draws seeded by\n"
-    "sweep.seed) and trains each trial in <checkpoint.dir>/trial-NNN. A trial whose result.txt exists\n"
-    "is not run again, so an interrupted sweep continues where it stopped. Writes\n"
-    "<checkpoint.dir>/results.csv sorted by sweep.metric (eval_accuracy, eval_loss, eval_perplexity\n"
-    "or loss) in the direction of sweep.goal.\n";
+    "sweep.seed) and trains each trial in <checkpoint.dir>/trial-NNN. A trial whose result.txt records\n"
+    "the hash of the configuration it would run now is not run again, so an interrupted sweep\n"
+    "continues where it stopped; a trial run with another configuration (train.steps or the search\n"
+    "space changed) is moved aside to trial-NNN.old-K, named with what changed, and run again.\n"
+    "Writes <checkpoint.dir>/results.csv, a column per swept key, sorted by sweep.metric\n"
+    "(eval_accuracy, eval_loss, eval_perplexity or loss) in the direction of sweep.goal.\n";
 
 static const char *g_doctor_help =
     "usage: mirror doctor\n"
@@ -553,8 +555,8 @@ done:
 
 typedef struct trial_row {
     int index;
-    double metric;
-    char line[4400]; /* a CSV row: index, directory (up to 4 KiB), numbers */
+    double metric, loss, seconds;
+    char dir[4096];
 } trial_row;
 
 static int cmp_rows_max(const void *a, const void *b) {
@@ -571,6 +573,153 @@ static double pick_metric(const char *m, const mr_train_result *r) {
     return r->eval_accuracy;
 }
 
+/* Calls fn(ctx, dotted key, value) for every scalar line of YAML as mr_experiment_to_yaml writes it
+ * (two spaces per level; "name:" alone opens a section). Stops when fn returns non-zero. */
+static void yaml_scalars(const char *yaml, int (*fn)(void *, const char *, const char *), void *ctx) {
+    char sect[8][64] = {{0}}, key[1600], line[1024];
+    for (const char *p = yaml; p && *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line ? len : sizeof line - 1), p);
+        p = nl ? nl + 1 : NULL;
+        int sp = 0;
+        while (line[sp] == ' ') sp++;
+        int depth = sp / 2;
+        char *colon = strchr(line + sp, ':');
+        if (line[sp] == '#' || !line[sp] || !colon || depth >= 8) continue;
+        *colon = '\0';
+        const char *val = colon[1] == ' ' ? colon + 2 : colon + 1;
+        if (!*val) { /* a section */
+            snprintf(sect[depth], sizeof sect[depth], "%.63s", line + sp);
+            continue;
+        }
+        key[0] = '\0';
+        for (int d = 0; d < depth; d++)
+            snprintf(key + strlen(key), sizeof key - strlen(key), "%s.", sect[d]);
+        snprintf(key + strlen(key), sizeof key - strlen(key), "%s", line + sp);
+        if (fn(ctx, key, val)) return;
+    }
+}
+
+typedef struct yaml_find {
+    const char *key;
+    char *out;
+    size_t cap;
+    int found;
+} yaml_find;
+
+static int find_one(void *ctx, const char *key, const char *val) {
+    yaml_find *f = ctx;
+    if (strcmp(key, f->key)) return 0;
+    size_t n = strlen(val);
+    if (n >= 2 && val[0] == '\'' && val[n - 1] == '\'') snprintf(f->out, f->cap, "%.*s", (int)(n - 2), val + 1);
+    else snprintf(f->out, f->cap, "%s", val);
+    f->found = 1;
+    return 1;
+}
+
+/* The value of a dotted key in to_yaml's text (quotes removed) into out; 0 when absent. */
+static int yaml_value(const char *yaml, const char *key, char *out, size_t cap) {
+    yaml_find f = {key, out, cap, 0};
+    out[0] = '\0';
+    yaml_scalars(yaml, find_one, &f);
+    return f.found;
+}
+
+typedef struct yaml_cmp {
+    const char *other;
+    char *why;
+    size_t cap;
+    int n;            /* keys that differ */
+    int only_missing; /* count only keys that other lacks */
+} yaml_cmp;
+
+static int cmp_one(void *ctx, const char *key, const char *val) {
+    yaml_cmp *c = ctx;
+    char was[512];
+    int had = yaml_value(c->other, key, was, sizeof was);
+    if (had && c->only_missing) return 0;
+    char now[512];
+    size_t n = strlen(val);
+    snprintf(now, sizeof now, "%.*s", (int)(n >= 2 && val[0] == '\'' && val[n - 1] == '\'' ? n - 2 : n),
+             n >= 2 && val[0] == '\'' && val[n - 1] == '\'' ? val + 1 : val);
+    if (had && !strcmp(was, now)) return 0;
+    if (c->n++ == 0) snprintf(c->why, c->cap, "%s: %s -> %s", key, had ? was : "(not set)", now);
+    return 0;
+}
+
+/* What differs between the configuration a trial ran (old) and the one it would run now (now),
+ * e.g. "train.steps: 30 -> 40 (and 1 more key)"; "" when no key differs. */
+static void config_change(const char *old, const char *now, char *why, size_t cap) {
+    yaml_cmp c = {old, why, cap, 0, 0};
+    why[0] = '\0';
+    yaml_scalars(now, cmp_one, &c);
+    char first[600];
+    snprintf(first, sizeof first, "%s", why);
+    char gone[600] = "";
+    yaml_cmp back = {now, gone, sizeof gone, 0, 1}; /* keys the old run had and this one lacks */
+    yaml_scalars(old, cmp_one, &back);
+    int more = c.n + back.n - 1;
+    if (!c.n && back.n) snprintf(first, sizeof first, "%s", gone);
+    if (more > 0) snprintf(why, cap, "%s (and %d more key%s)", first, more, more > 1 ? "s" : "");
+    else snprintf(why, cap, "%s", first);
+}
+
+/* Reads a whole (small) file into a malloc'd string; NULL when it cannot be read. */
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    size_t len = 0, cap = 0, got;
+    char chunk[4096];
+    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        if (len + got + 1 > cap) {
+            cap = 2 * (len + got + 1);
+            char *nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = nb;
+        }
+        memcpy(buf + len, chunk, got);
+        len += got;
+    }
+    fclose(f);
+    if (!buf && !(buf = malloc(1))) return NULL;
+    buf[len] = '\0';
+    return buf;
+}
+
+/* Moves a trial directory of another configuration aside, to <dir>.old-N (the first free N), so
+ * that its checkpoints are neither resumed nor pruned by the new run. The new name in moved. */
+static mr_status move_aside(const char *dir, char *moved, size_t cap) {
+    struct stat sb;
+    for (int k = 1; k < 10000; k++) {
+        snprintf(moved, cap, "%s.old-%d", dir, k);
+        if (stat(moved, &sb) == 0) continue;
+        if (rename(dir, moved) != 0)
+            return mr_set_error(MR_ERR_IO, "cannot move '%s' to '%s': %s", dir, moved, strerror(errno));
+        return MR_OK;
+    }
+    return mr_set_error(MR_ERR_IO, "cannot move '%s' aside: %s.old-1 to -9999 all exist", dir, dir);
+}
+
+/* One CSV field: quoted when it holds a comma, a quote or a newline. */
+static void csv_field(FILE *f, const char *s) {
+    if (!strpbrk(s, ",\"\n")) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"') fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
 static int cmd_sweep(int argc, char **argv) {
     if (argc < 3 || !strcmp(argv[2], "--help") || !strcmp(argv[2], "-h")) {
         fputs(g_sweep_help, argc < 3 ? stderr : stdout);
@@ -579,6 +728,7 @@ static int cmd_sweep(int argc, char **argv) {
     mr_experiment e = mr_experiment_default();
     mr_experiment *trials = NULL;
     int n = 0, code = 0;
+    char **yamls = NULL;
     mr_status st = load(argc, argv, 3, &e);
     if (st == MR_OK && e.sweep.method == MR_SWEEP_NONE)
         st = mr_set_error(MR_ERR_INVALID, "%s: has no sweep: section", argv[2]);
@@ -589,23 +739,52 @@ static int cmd_sweep(int argc, char **argv) {
     }
     const char *base = e.checkpoint.dir[0] ? e.checkpoint.dir : "runs/sweep";
     trial_row *rows = calloc((size_t)n, sizeof *rows);
-    if (!rows || mr_mkdirs(base) != MR_OK) {
+    yamls = calloc((size_t)n, sizeof *yamls);
+    if (!rows || !yamls || mr_mkdirs(base) != MR_OK) {
+        if (!rows || !yamls) mr_set_error(MR_ERR_NOMEM, "sweep: out of memory for %d trials", n);
         code = fail(EXIT_RUNTIME, NULL);
         goto done;
     }
     for (int t = 0; t < n; t++) {
-        char dir[4096], result[4200];
-        snprintf(dir, sizeof dir, "%s/trial-%03d", base, t);
+        char *dir = rows[t].dir, result[4200], cfgpath[4200], why[700] = "", moved[4200];
+        uint64_t hash = 0;
+        snprintf(dir, sizeof rows[t].dir, "%s/trial-%03d", base, t);
         snprintf(result, sizeof result, "%s/result.txt", dir);
+        snprintf(cfgpath, sizeof cfgpath, "%s/config.yaml", dir);
         rows[t].index = t;
+        /* what this trial runs now: its resolved configuration and that text's hash */
+        if ((st = mr_experiment_to_yaml(&trials[t], &yamls[t])) != MR_OK ||
+            (st = mr_experiment_hash(&trials[t], &hash)) != MR_OK) {
+            code = fail(EXIT_RUNTIME, NULL);
+            goto done;
+        }
+        char *old = read_text(cfgpath);
         FILE *f = fopen(result, "r");
-        if (f) { /* finished in an earlier run */
-            int ok = fscanf(f, "%lf\n", &rows[t].metric) == 1 && fgets(rows[t].line, sizeof rows[t].line, f) != NULL;
+        if (f) { /* finished in an earlier run: it counts only for the same configuration */
+            unsigned long long was = 0;
+            int ok = fscanf(f, "metric %lf loss %lf seconds %lf config_hash %llx", &rows[t].metric, &rows[t].loss,
+                            &rows[t].seconds, &was) == 4;
             fclose(f);
-            if (ok) {
+            if (ok && was == hash) {
                 printf("trial %d/%d: done before, %s = %g\n", t + 1, n, e.sweep.metric, rows[t].metric);
+                free(old);
                 continue;
             }
+            if (old) config_change(old, yamls[t], why, sizeof why);
+            if (!why[0]) snprintf(why, sizeof why, "%s", ok ? "its config.yaml is missing or unreadable"
+                                                            : "its result.txt records no configuration hash");
+        } else if (old && strcmp(old, yamls[t])) { /* an unfinished run of another configuration */
+            config_change(old, yamls[t], why, sizeof why);
+            if (!why[0]) snprintf(why, sizeof why, "its config.yaml differs");
+        }
+        free(old);
+        if (why[0]) { /* never resume or report another configuration's run: move it aside */
+            if ((st = move_aside(dir, moved, sizeof moved)) != MR_OK) {
+                code = fail(EXIT_RUNTIME, "move or delete the trial directory named above, then run the sweep again");
+                goto done;
+            }
+            printf("trial %d/%d: %s was run with another configuration (%s): moved to %s; running it again\n", t + 1, n,
+                   dir, why, moved);
         }
         printf("trial %d/%d\n", t + 1, n);
         mr_train_result r;
@@ -616,11 +795,11 @@ static int cmd_sweep(int argc, char **argv) {
             goto done;
         }
         rows[t].metric = pick_metric(e.sweep.metric, &r);
-        /* the trial's own values are in <dir>/config.yaml */
-        snprintf(rows[t].line, sizeof rows[t].line, "%d,%s,%.6g,%.6g,%.6g\n", t, dir, rows[t].metric, r.last_loss,
-                 r.seconds);
+        rows[t].loss = r.last_loss;
+        rows[t].seconds = r.seconds;
         f = fopen(result, "w");
-        int written = f && fprintf(f, "%.17g\n%s", rows[t].metric, rows[t].line) >= 0;
+        int written = f && fprintf(f, "metric %.17g\nloss %.17g\nseconds %.17g\nconfig_hash %016llx\n", rows[t].metric,
+                                   rows[t].loss, rows[t].seconds, (unsigned long long)hash) >= 0;
         if (f && fclose(f) != 0) written = 0;
         if (!written) {
             mr_set_error(MR_ERR_IO, "cannot write '%s': %s", result, strerror(errno));
@@ -628,19 +807,51 @@ static int cmd_sweep(int argc, char **argv) {
             goto done;
         }
     }
+    /* one column per swept key, its value as the trial's config.yaml has it */
+    char (*vals)[MR_SWEEP_MAX_PARAMS][128] = calloc((size_t)n, sizeof *vals);
+    if (!vals) {
+        mr_set_error(MR_ERR_NOMEM, "sweep: out of memory for results.csv");
+        code = fail(EXIT_RUNTIME, NULL);
+        goto done;
+    }
+    for (int t = 0; t < n; t++)
+        for (int p = 0; p < e.sweep.n_params; p++) yaml_value(yamls[t], e.sweep.params[p].key, vals[t][p], sizeof vals[t][p]);
     qsort(rows, (size_t)n, sizeof *rows, e.sweep.goal == MR_GOAL_MIN ? cmp_rows_min : cmp_rows_max);
     char csv[4096];
     snprintf(csv, sizeof csv, "%s/results.csv", base);
     FILE *f = fopen(csv, "w");
     if (!f) {
+        free(vals);
+        mr_set_error(MR_ERR_IO, "cannot write '%s': %s", csv, strerror(errno));
         code = fail(EXIT_RUNTIME, NULL);
         goto done;
     }
-    fprintf(f, "trial,dir,%s,loss,seconds\n", e.sweep.metric);
-    for (int t = 0; t < n; t++) fprintf(f, "%s", rows[t].line[0] ? rows[t].line : "\n");
-    fclose(f);
+    fprintf(f, "trial,dir");
+    for (int p = 0; p < e.sweep.n_params; p++) {
+        fputc(',', f);
+        csv_field(f, e.sweep.params[p].key);
+    }
+    fprintf(f, ",%s,loss,seconds\n", e.sweep.metric);
+    for (int t = 0; t < n; t++) {
+        fprintf(f, "%d,", rows[t].index);
+        csv_field(f, rows[t].dir);
+        for (int p = 0; p < e.sweep.n_params; p++) {
+            fputc(',', f);
+            csv_field(f, vals[rows[t].index][p]);
+        }
+        fprintf(f, ",%.6g,%.6g,%.6g\n", rows[t].metric, rows[t].loss, rows[t].seconds);
+    }
+    free(vals);
+    if (fclose(f) != 0) {
+        mr_set_error(MR_ERR_IO, "cannot write '%s': %s", csv, strerror(errno));
+        code = fail(EXIT_RUNTIME, NULL);
+        goto done;
+    }
     printf("%d trials; best %s = %g (trial %d); results in %s\n", n, e.sweep.metric, rows[0].metric, rows[0].index, csv);
 done:
+    if (yamls)
+        for (int t = 0; t < n; t++) free(yamls[t]);
+    free(yamls);
     free(rows);
     mr_sweep_free(trials, n);
     mr_experiment_deinit(&e);

@@ -3,8 +3,8 @@
 # GPU, says so), a short training run learns and writes its files, rerunning it says it is at its
 # last step (exit 0), resume: never into its directory exits 2, a warmup longer than the run warns,
 # a diverging run exits 1, a bad config exits 2 naming the key with a HINT, a bad --set exits 2, a
-# missing data file exits 2, a small sweep writes results.csv and skips finished trials when run
-# again.
+# missing data file exits 2, a small sweep writes results.csv (a column per swept key) and skips
+# finished trials when run again, but reruns (after moving aside) those whose configuration changed.
 # Usage: tests/e2e/cli.sh path/to/mirror  (CTest passes the built binary)
 set -uo pipefail
 mirror=${1:?usage: cli.sh path/to/mirror}
@@ -113,8 +113,22 @@ out=$("$mirror" sweep "$tmp/sweep.yaml" 2>&1); rc=$?
 echo "$out" | tail -2
 check "sweep exits 0" "[ $rc -eq 0 ]"
 check "results.csv has 2 trials" "[ \$(wc -l < '$tmp/sweep/results.csv') -eq 3 ]"
+check "results.csv has a column per swept key and each trial's value" \
+      "head -1 $tmp/sweep/results.csv | grep -qx 'trial,dir,optimizer.lr,eval_accuracy,loss,seconds' && grep -q '^0,$tmp/sweep/trial-000,0.001,' $tmp/sweep/results.csv && grep -q '^1,$tmp/sweep/trial-001,0.003,' $tmp/sweep/results.csv"
 out=$("$mirror" sweep "$tmp/sweep.yaml" 2>&1); rc=$?
 check "a second sweep run skips finished trials" "[ $rc -eq 0 ] && [ \$(echo \"\$out\" | grep -c 'done before') -eq 2 ]"
+# train.steps changed: no trial counts; each is moved aside (never resumed from) and run again
+out=$("$mirror" sweep "$tmp/sweep.yaml" --set train.steps=40 2>&1); rc=$?
+echo "$out" | grep 'another configuration' | head -1
+check "after train.steps changed, no trial is 'done before' and each says why it reruns" \
+      "[ $rc -eq 0 ] && ! echo \"\$out\" | grep -q 'done before' && [ \$(echo \"\$out\" | grep -c 'run with another configuration (train.steps: 30 -> 40)') -eq 2 ]"
+check "...the old trials are kept aside and the new ones trained from step 0 to 40" \
+      "[ -f $tmp/sweep/trial-000.old-1/ckpt-00000030.h5 ] && [ -f $tmp/sweep/trial-000/ckpt-00000040.h5 ] && ! ls $tmp/sweep/trial-000 | grep -q ckpt-00000030 && ! grep -q 'resumed from' <<<\"\$out\""
+# the search space changed: the trial whose value stayed counts, the other reruns
+out=$("$mirror" sweep "$tmp/sweep.yaml" --set train.steps=40 --set 'sweep.params.optimizer.lr=[1.0e-3, 1.0e-2]' 2>&1); rc=$?
+check "after the search space changed, the unchanged trial counts and the changed one reruns" \
+      "[ $rc -eq 0 ] && echo \"\$out\" | grep -q '^trial 1/2: done before' && echo \"\$out\" | grep -q 'trial-001 was run with another configuration (optimizer.lr: 0.003 -> 0.01)'"
+check "...and results.csv lists the new value" "grep -q '^1,$tmp/sweep/trial-001,0.01,' $tmp/sweep/results.csv && [ \$(wc -l < $tmp/sweep/results.csv) -eq 3 ]"
 
 # 4. a tiny character-level GPT on a text file: the loss falls and a sample is printed
 for i in $(seq 1 200); do echo "In the beginning God created the heaven and the earth. And the earth was without form."; done >"$tmp/text.txt"
