@@ -67,8 +67,9 @@ mr_status mr_ckpt_open(const char *path, int flags, mr_ckpt_reader **out) {
     if (!(flags & MR_CKPT_FOREIGN)) {
         st = ckpt_attr_get_str(r->file, path, "format", &fmt);
         if (st == MR_ERR_NOT_FOUND || st == MR_ERR_INVALID)
-            st = mr_set_error(MR_ERR_FORMAT, "%s: not a mirror checkpoint (no string attribute 'format'); HINT: HDF5 "
-                              "files from other tools (h5py) are read with MR_CKPT_FOREIGN (init_from)", path);
+            st = mr_set_error(MR_ERR_FORMAT, "%s: not a mirror checkpoint (no string attribute 'format'); HINT: an HDF5 "
+                              "file from another tool (a PyTorch state_dict saved with h5py) can start a run as "
+                              "checkpoint.init_from", path);
         if (st != MR_OK) goto fail;
         MR_CHECK(!strcmp(fmt, MR_CKPT_FORMAT), MR_ERR_FORMAT, "%s: not a mirror checkpoint (format '%s', expected '%s')",
                  path, fmt, MR_CKPT_FORMAT);

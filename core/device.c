@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 static pthread_once_t g_probe_once = PTHREAD_ONCE_INIT;
 static int g_cuda_count = 0;
@@ -15,6 +16,10 @@ static char g_cuda_why[256] = "mirror was built without CUDA (-DMIRROR_CUDA=OFF 
 static void probe(void) {
 #ifdef MIRROR_HAVE_CUDA
     mr_cuda_probe(&g_cuda_count, g_cuda_why, (int)sizeof g_cuda_why);
+    /* without a driver the runtime says "CUDA driver version is insufficient for CUDA runtime
+     * version", which reads as a driver that is too old: say what is the case */
+    if (g_cuda_count == 0 && strstr(g_cuda_why, "driver") && access("/proc/driver/nvidia/version", F_OK) != 0)
+        snprintf(g_cuda_why, sizeof g_cuda_why, "no NVIDIA driver is loaded (no /proc/driver/nvidia/version)");
 #endif
 }
 

@@ -66,8 +66,20 @@ mr_log_level mr_log_get_level(void) {
     return (mr_log_level)l;
 }
 
+static atomic_int g_progress_open;
+
+void mr_log_progress_open(int open) { atomic_store(&g_progress_open, open ? 1 : 0); }
+
+void mr_log_progress_end(void) {
+    if (atomic_exchange(&g_progress_open, 0)) {
+        fputc('\n', stdout);
+        fflush(stdout);
+    }
+}
+
 void mr_log_at(mr_log_level level, const char *file, int line, const char *fmt, ...) {
     if ((int)level > (int)mr_log_get_level()) return;
+    mr_log_progress_end(); /* a message starts on a line of its own */
     static const char *names[] = {"error", "warn", "info", "debug"};
     char msg[1024];
     va_list ap;

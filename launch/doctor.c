@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/backend_impl.h"
+#include "core/cpu/cpu_impl.h" /* mr_cpu_gemm_bf16_provider */
 #include "core/device.h"
 #include "core/ops.h"
 #include "core/tensor.h"
@@ -159,6 +160,7 @@ int mirror_doctor(int argc, char **argv) {
     printf("cpu: %s, %ld cores online, %d threads for mirror\n", model, sysconf(_SC_NPROCESSORS_ONLN), mr_cpu_threads());
     printf("cpu features: %s\n", feat[0] ? feat : "none of sse4.2/avx/avx2/fma/avx-512/amx");
     printf("cpu gemm: %s\n", mr_cpu_gemm_provider());
+    printf("cpu gemm bf16: %s (mixed_bfloat16's linear layers)\n", mr_cpu_gemm_bf16_provider());
     print_libraries();
 
     int ngpu = 0;

@@ -12,6 +12,7 @@
 #include <zlib.h>
 
 #include "checkpoint/ckpt.h"
+#include "core/log.h"
 #include "distribute/comm.h"
 #include "launch/config.h"
 #include "launch/trainer.h"
@@ -22,7 +23,10 @@ static const char *g_usage =
     "usage: mirror <command> [options]\n"
     "\n"
     "commands:\n"
-    "  train CONFIG [--set key=value ...]   train the experiment described by the YAML file CONFIG\n"
+    "  train CONFIG [--set key=value ...] [--quiet]\n"
+    "                                       train the experiment described by the YAML file CONFIG\n"
+    "  eval CONFIG [--checkpoint PATH]      evaluate a checkpoint (default: the newest in checkpoint.dir)\n"
+    "  inspect PATH                         print what a checkpoint holds\n"
     "  sweep CONFIG [--set key=value ...]   run every trial of CONFIG's sweep: section, one after another,\n"
     "                                       each in <checkpoint.dir>/trial-NNN; writes results.csv sorted by\n"
     "                                       the sweep metric; finished trials are skipped when run again\n"
@@ -36,7 +40,7 @@ static const char *g_usage =
     "e.g. --set optimizer.lr=3e-4 --set train.steps=100.\n";
 
 static const char *g_train_help =
-    "usage: mirror train CONFIG [--set key=value ...]\n"
+    "usage: mirror train CONFIG [--set key=value ...] [--quiet]\n"
     "\n"
     "Trains the model of CONFIG on its data, printing progress (step, loss, learning rate, samples/s,\n"
     "where the step time goes, ETA), evaluating every train.eval_every steps and at the end. Writes\n"
@@ -47,6 +51,8 @@ static const char *g_train_help =
     "a checkpoint.dir that holds checkpoints is refused (a run directory belongs to one run).\n"
     "SIGTERM, SIGUSR1 (preemption) or Ctrl-C (SIGINT) saves a checkpoint after the current step and\n"
     "exits with 128 + the signal (130 for Ctrl-C); a second Ctrl-C stops at once, without one.\n"
+    "Progress: on a terminal one line rewritten in place; otherwise (a file, a pipe, mpirun, srun)\n"
+    "one line per log step. --quiet (or log.progress: false) prints no progress lines.\n"
     "Exit status: 0 on success (also when the run is already at train.steps), 2 for a bad\n"
     "configuration, 1 when training fails (bad data, a non-finite loss).\n";
 
@@ -92,10 +98,17 @@ int mirror_doctor(int argc, char **argv);
  * single process. Lives until exit; on a failure the CLI aborts it so that no rank hangs. */
 static mr_comm *g_job;
 
+/* Prints the last error and a HINT; returns `code`. A message that carries its own
+ * "; HINT: ..." (the library knew what to advise) prints that one instead of `hint`. The C source
+ * position that raised the error is for developers: MIRROR_LOG=debug prints it. */
 static int fail(int code, const char *hint) {
-    if (g_job) fprintf(stderr, "mirror: error: rank %d: %s\n", mr_comm_rank(g_job), mr_last_error());
-    else fprintf(stderr, "mirror: error: %s\n", mr_last_error());
-    if (hint) fprintf(stderr, "HINT: %s\n", hint);
+    const char *msg = mr_last_error(), *own = strstr(msg, "; HINT: ");
+    int len = own ? (int)(own - msg) : (int)strlen(msg);
+    if (g_job) fprintf(stderr, "mirror: error: rank %d: %.*s\n", mr_comm_rank(g_job), len, msg);
+    else fprintf(stderr, "mirror: error: %.*s\n", len, msg);
+    if (own) fprintf(stderr, "HINT: %s\n", own + 8);
+    else if (hint) fprintf(stderr, "HINT: %s\n", hint);
+    mr_log_debug("the error above was raised at %s", mr_last_error_where());
     return code;
 }
 
@@ -106,6 +119,8 @@ static mr_status load(int argc, char **argv, int first, mr_experiment *e) {
     mr_status st = mr_experiment_load(argv[first - 1], e);
     if (st != MR_OK) {
         mr_experiment_defer_file_checks(0);
+        if ((st == MR_ERR_NOT_FOUND || st == MR_ERR_IO) && access(argv[first - 1], R_OK) != 0)
+            mr_set_error(st, "%s; HINT: check the path of the config file (the examples are in configs/)", mr_last_error());
         return st;
     }
     for (int i = first; i < argc; i++) {
@@ -114,8 +129,12 @@ static mr_status load(int argc, char **argv, int first, mr_experiment *e) {
             a = argv[++i];
         } else if (!strncmp(a, "--set=", 6)) {
             a += 6;
+        } else if (!strcmp(a, "--quiet")) {
+            a = "log.progress=false";
         } else {
-            return mr_set_error(MR_ERR_INVALID, "unknown argument '%s'", argv[i]);
+            mr_experiment_defer_file_checks(0);
+            return mr_set_error(MR_ERR_INVALID, "unknown argument '%s'; HINT: the options are --set key=value and --quiet "
+                                                "(mirror help %s)", argv[i], argv[1]);
         }
         if ((st = mr_experiment_set(e, a)) != MR_OK) {
             mr_experiment_defer_file_checks(0);
@@ -172,6 +191,7 @@ static mr_status to_train_cfg(const mr_experiment *e, const char *run_dir, mr_tr
     c->replicas = 1;
     c->allow_tf32 = e->precision.allow_tf32;
     c->cuda_graphs = e->distribute.cuda_graphs;
+    c->no_progress = !e->log.progress;
     c->gpus[0] = -1; /* auto: the MPI rank's local index */
     int ncpu = 0, ngpu = 0;
     for (int i = 0; i < e->distribute.n_devices; i++) {
@@ -442,8 +462,13 @@ static int cmd_eval(int argc, char **argv) {
         st = mr_evaluate_checkpoint(&c, ckpt, &r);
     }
     if (st != MR_OK) {
-        code = fail(st == MR_ERR_NOMEM || st == MR_ERR_INTERNAL ? EXIT_RUNTIME : EXIT_USAGE,
-                    "check that the checkpoint belongs to this config's model (mirror inspect PATH shows it)");
+        const char *hint = "check that the checkpoint belongs to this config's model (mirror inspect PATH shows it)";
+        if (st == MR_ERR_FORMAT)
+            hint = "the file is truncated, corrupt or not a checkpoint: evaluate another one (--checkpoint PATH; the "
+                   "previous checkpoints are next to it)";
+        else if (st == MR_ERR_NOT_FOUND || st == MR_ERR_IO)
+            hint = "check the path given to --checkpoint";
+        code = fail(st == MR_ERR_NOMEM || st == MR_ERR_INTERNAL ? EXIT_RUNTIME : EXIT_USAGE, hint);
         goto done;
     }
     printf("%s (step %lld): eval loss %.6f", ckpt, (long long)r.steps, r.eval_loss);
@@ -504,9 +529,22 @@ static int cmd_inspect(int argc, char **argv) {
     mr_ckpt_reader *rd = NULL;
     char **names = NULL, **attrs = NULL;
     int nn = 0, na = 0, code = 0;
-    if (mr_ckpt_open(path, MR_CKPT_FOREIGN, &rd) != MR_OK || mr_ckpt_attr_names(rd, &attrs, &na) != MR_OK ||
-        mr_ckpt_list(rd, "params", &names, &nn) != MR_OK) {
-        code = fail(EXIT_USAGE, "the file is not a readable checkpoint; mirror keeps the previous ones next to it");
+    mr_status ost = mr_ckpt_open(path, MR_CKPT_FOREIGN, &rd);
+    if (ost != MR_OK) {
+        code = fail(EXIT_USAGE, ost == MR_ERR_FORMAT ? "the file is truncated, corrupt or not HDF5; resume: auto skips such a "
+                                                       "file and takes the newest checkpoint that verifies"
+                                                     : "check the path");
+        goto done;
+    }
+    /* a file another tool wrote (no "format" attribute): what it holds, then an error saying so */
+    char *format = NULL;
+    const int foreign = mr_ckpt_attr_str(rd, "format", &format) != MR_OK || strcmp(format, MR_CKPT_FORMAT) != 0;
+    free(format);
+    if (mr_ckpt_attr_names(rd, &attrs, &na) != MR_OK || mr_ckpt_list(rd, "params", &names, &nn) != MR_OK) {
+        code = fail(EXIT_USAGE, foreign ? "mirror reads its own checkpoints and HDF5 files with /params/<name> datasets "
+                                          "(a PyTorch state_dict saved with h5py)"
+                                        : "the file is damaged; resume: auto skips it and takes the newest checkpoint "
+                                          "that verifies");
         goto done;
     }
     printf("%s\n", path);
@@ -545,7 +583,14 @@ static int cmd_inspect(int argc, char **argv) {
     }
     if (mr_ckpt_attr_str(rd, "config", &config) == MR_OK && config[0]) printf("config:\n%s", config);
     free(config);
-    if (mr_ckpt_verify(path) != MR_OK) code = fail(EXIT_RUNTIME, "the file is damaged: resume falls back to the checkpoint before it");
+    if (foreign) {
+        mr_set_error(MR_ERR_FORMAT, "%s is not a mirror checkpoint (no 'format' attribute: another tool wrote it); its "
+                                    "parameters are listed above", path);
+        code = fail(EXIT_USAGE, "such a file can start a run (checkpoint.init_from) or be evaluated (mirror eval CONFIG "
+                                "--checkpoint PATH), not resumed");
+    } else if (mr_ckpt_verify(path) != MR_OK) {
+        code = fail(EXIT_RUNTIME, "the file is damaged: resume falls back to the checkpoint before it");
+    }
 done:
     mr_ckpt_names_free(names, nn);
     mr_ckpt_names_free(attrs, na);
@@ -865,7 +910,11 @@ int main(int argc, char **argv) {
         else if (argc >= 3 && !strcmp(argv[2], "eval")) fputs(g_eval_help, stdout);
         else if (argc >= 3 && !strcmp(argv[2], "inspect")) fputs(g_inspect_help, stdout);
         else if (argc >= 3 && !strcmp(argv[2], "doctor")) fputs(g_doctor_help, stdout);
-        else fputs(g_usage, argc < 2 ? stderr : stdout);
+        else if (argc >= 3 && strcmp(argv[2], "version")) {
+            fprintf(stderr, "mirror: error: help: no command '%s'\nHINT: mirror help lists the commands (train, eval, "
+                            "inspect, sweep, doctor, version)\n", argv[2]);
+            return EXIT_USAGE;
+        } else fputs(g_usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_USAGE : 0;
     }
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {

@@ -39,6 +39,18 @@ mr_train_cfg mr_train_cfg_default(void) {
     return c;
 }
 
+/* Progress rewritten in place ("\r") only on a terminal of this process's own: under mpirun the
+ * ranks' stdout is a pseudo-terminal even when mpirun writes to a file, and srun forwards it too,
+ * so a launched rank writes one line per log step. */
+static int progress_on_tty(void) {
+    static const char *const launcher[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZE",
+                                           "SLURM_STEP_ID"};
+    if (!isatty(STDOUT_FILENO)) return 0;
+    for (size_t i = 0; i < sizeof launcher / sizeof launcher[0]; i++)
+        if (getenv(launcher[i])) return 0;
+    return 1;
+}
+
 static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -601,8 +613,9 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
         MR_TRY(mr_mkdirs(c->run_dir));
         MR_TRY(open_metrics(c->run_dir, tr.step, &metrics));
     }
-    const int tty = isatty(STDOUT_FILENO);
+    const int tty = progress_on_tty();
     const double t_start = now_s();
+    tr.time_origin = t_start - tr.elapsed_before; /* metrics "time" continues across resumes */
     double t_data = 0, t_fwd = 0, t_bwd = 0, t_opt = 0, t_comm = 0, t_log = t_start;
     int64_t timed = 0; /* steps since the last log line */
     if (!c->quiet && tr.rank == 0 && c->schedule.warmup > c->steps)
@@ -788,12 +801,12 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
                         "\"skipped_steps\": %lld, \"samples_per_s\": %.1f, \"data_wait_s\": %.6f, \"forward_s\": %.6f, "
                         "\"backward_s\": %.6f, \"communication_s\": %.6f, \"communication_hidden\": %.3f, "
                         "\"optimizer_s\": %.6f}\n",
-                        (long long)tr.step, t - t_start, res->last_loss, lr, scale_now,
+                        (long long)tr.step, t - tr.time_origin, res->last_loss, lr, scale_now,
                         (long long)(tr.scaling ? tr.scaler.skipped : 0), sps, t_data / steps_timed,
                         t_fwd / steps_timed, t_bwd / steps_timed, t_comm / steps_timed, hidden, t_opt / steps_timed);
                 fflush(metrics);
             }
-            if (!c->quiet) {
+            if (!c->quiet && !c->no_progress) {
                 double eta = (t - t_start) / (double)(tr.step - res->resumed_from) * (double)(c->steps - tr.step);
                 char scale_txt[64] = "";
                 if (tr.scaling)
@@ -809,6 +822,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
                        100 * t_data / (t - t_log), 100 * t_fwd / (t - t_log), 100 * t_bwd / (t - t_log), comm_txt,
                        100 * t_opt / (t - t_log), eta, tty ? "   " : "\n");
                 fflush(stdout);
+                if (tty) mr_log_progress_open(1); /* the next message starts on a new line */
             }
             t_log = t;
             t_data = t_fwd = t_bwd = t_opt = t_comm = tr.loss_sum = 0;
@@ -824,18 +838,19 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
             if (metrics) {
                 if (c->model.type == MR_MODEL_GPT)
                     fprintf(metrics, "{\"step\": %lld, \"time\": %.3f, \"eval_loss\": %.6f, \"eval_perplexity\": %.4f}\n",
-                            (long long)tr.step, now_s() - t_start, ev.loss, ev.perplexity);
+                            (long long)tr.step, now_s() - tr.time_origin, ev.loss, ev.perplexity);
                 else
                     fprintf(metrics, "{\"step\": %lld, \"time\": %.3f, \"eval_loss\": %.6f, \"eval_accuracy\": %.6f}\n",
-                            (long long)tr.step, now_s() - t_start, ev.loss, ev.accuracy);
+                            (long long)tr.step, now_s() - tr.time_origin, ev.loss, ev.accuracy);
                 fflush(metrics);
             }
             if (!c->quiet) {
+                mr_log_progress_end();
                 if (c->model.type == MR_MODEL_GPT)
-                    printf("%seval at step %lld: loss %.4f  perplexity %.3f\n", tty ? "\n" : "", (long long)tr.step,
+                    printf("eval at step %lld: loss %.4f  perplexity %.3f\n", (long long)tr.step,
                            ev.loss, ev.perplexity);
                 else
-                    printf("%seval at step %lld: loss %.4f  accuracy %.4f\n", tty ? "\n" : "", (long long)tr.step,
+                    printf("eval at step %lld: loss %.4f  accuracy %.4f\n", (long long)tr.step,
                            ev.loss, ev.accuracy);
                 fflush(stdout);
             }
@@ -878,6 +893,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
         MR_TRY(generate(c, tr.steps, &tr.dv, vocab, nvocab, res));
     res->compilations = mr_steps_compilations(tr.steps);
 fail:
+    mr_log_progress_end(); /* what the caller prints next starts on a line of its own */
     /* a failed GPU replica aborts its NCCL communicator now: tearing it down politely would wait
      * for peers that will never finish the collective */
     if (st != MR_OK && tr.dv.own_gcomm) mr_comm_abort(tr.dv.gcomm, 1, mr_last_error());

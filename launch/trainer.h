@@ -44,6 +44,8 @@ typedef struct mr_train_cfg {
     int64_t shuffle;            /* shuffle buffer; 0: no shuffling */
     const char *run_dir;        /* metrics.jsonl goes there (created); NULL: no files */
     int quiet;                  /* no progress output */
+    int no_progress;            /* no per-step progress lines (log.progress: false, --quiet); messages
+                                 * and evaluations still print */
     mr_dtype compute;           /* MR_F32, MR_BF16 (mixed_bfloat16) or MR_F16 (mixed_float16); f32
                                  * master weights and optimizer state in every case */
     /* Dynamic loss scaling: on by default for MR_F16 (the scaler's settings come from here:

@@ -12,6 +12,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifndef MIRROR_VERSION
 #define MIRROR_VERSION "unknown"
@@ -105,6 +106,9 @@ mr_status tr_ckpt_save(trainer *t, const char *path) {
     MR_TRY(mr_ckpt_writer_attr_i64(w, "rng.dropout_step", t->step * c->accumulate));
     MR_TRY(mr_ckpt_writer_attr_f64(w, "metrics.loss_sum", t->loss_sum));
     MR_TRY(mr_ckpt_writer_attr_i64(w, "metrics.interval", t->interval));
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    MR_TRY(mr_ckpt_writer_attr_f64(w, "metrics.time", (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - t->time_origin));
     if (t->rank == 0) st = mr_ckpt_writer_write(w, path);
     if (t->comm) {
         /* replica 0's outcome is everybody's: a failed save stops every replica alike */
@@ -217,6 +221,13 @@ mr_status tr_ckpt_load(trainer *t, const char *path) {
     }
     MR_TRY(mr_ckpt_attr_f64(r, "metrics.loss_sum", &t->loss_sum));
     MR_TRY(mr_ckpt_attr_i64(r, "metrics.interval", &t->interval));
+    t->elapsed_before = 0; /* checkpoints before metrics.time restart the clock */
+    st = mr_ckpt_attr_f64(r, "metrics.time", &t->elapsed_before);
+    if (st == MR_ERR_NOT_FOUND) {
+        t->elapsed_before = 0;
+        st = MR_OK;
+    }
+    if (st != MR_OK) goto fail;
     MR_TRY(mr_ckpt_attr_i64(r, "rng.seed", &v));
     if ((uint64_t)v != c->seed)
         mr_log_warn("%s: saved with seed %lld, the config says %llu: data order and dropout follow the config from here",

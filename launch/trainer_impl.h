@@ -59,6 +59,10 @@ typedef struct trainer {
      * logs the same numbers */
     double loss_sum;
     int64_t interval;
+    /* metrics.jsonl's "time" is seconds since the run's first start, across resumes: time_origin
+     * is that start on this process's clock (CLOCK_MONOTONIC seconds), elapsed_before the
+     * seconds a checkpoint carried (metrics.time; 0 for a fresh run or an older checkpoint) */
+    double time_origin, elapsed_before;
     int64_t train_size;     /* elements of the training source (an epoch) */
     int64_t image_numel;    /* the image map's context: lives as long as the pipeline */
     /* ZeRO-1 (shard_optimizer): this replica owns params [zoff, zoff + zlen) of n, in shards of
