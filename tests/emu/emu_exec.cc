@@ -272,43 +272,44 @@ int shfl_src(const fiber &f, int l) {
     case mr_emu_k::W_SHFL_UP: return (l - base) >= f.arg ? l - f.arg : -1;
     case mr_emu_k::W_SHFL_DOWN: return (l - base) + f.arg < w ? l + f.arg : -1;
     case mr_emu_k::W_SHFL_XOR: {
+        /* CUDA: a group may read earlier groups; a source in a later group gives the own value */
         int s = l ^ f.arg;
-        return (s & ~(w - 1)) == base ? s : -1;
+        return s <= (base | (w - 1)) ? s : -1;
     }
     default: return -1;
     }
 }
 
-/* Completes every warp operation whose lanes have all arrived; reports a mismatch. Returns the
- * number of lanes released. */
+/* Completes the warp operations every waiting lane is at; reports a mismatch. Called when no
+ * fiber can run, so every lane of a waiting lane's mask must be waiting at the same operation
+ * (same kind and line) with the same mask: validated for all lanes first, released after, so a
+ * lane released in this pass is never taken for one still to arrive. Returns the lanes released. */
 int resolve_warps(executor &e, int nthreads) {
     int released = 0;
-    char b1[160], b2[160];
+    char b1[160];
     for (int w0 = 0; w0 < nthreads; w0 += 32) {
-        fiber *lanes = &e.fibers[w0];
+        fiber *lanes = &e.fibers[(size_t)w0];
         int nl = nthreads - w0 < 32 ? nthreads - w0 : 32;
         for (int l = 0; l < nl; l++) {
             fiber &f = lanes[l];
             if (f.state != F_WARP) continue;
-            /* every lane of f's mask must wait at the same operation with the same mask */
-            bool complete = true;
             for (int m = 0; m < 32; m++) {
                 if (!(f.mask >> m & 1u)) continue;
                 if (m >= nl)
                     kfatal("%s at %s:%d: mask 0x%08x names lane %d, which does not exist in a block of %d threads",
                            kind_name(f.kind), f.file, f.line, f.mask, m, nthreads);
                 fiber &g = lanes[m];
-                if (g.state == F_RUN) {
-                    complete = false;
-                    continue;
-                }
-                if (g.state != F_WARP || g.kind != f.kind || g.line != f.line || g.file != f.file || g.mask != f.mask)
+                if (g.state != F_WARP || g.kind != f.kind || g.line != f.line || g.file != f.file || g.mask != f.mask ||
+                    g.width != f.width || g.size != f.size)
                     kfatal("warp %d: lane %d is at %s (%s:%d) with mask 0x%08x, but lane %d of that mask %s%s", w0 / 32, l,
                            kind_name(f.kind), f.file, f.line, f.mask, m, where(g, b1, sizeof b1),
-                           g.state == F_WARP && g.mask != f.mask && g.line == f.line ? " with another mask" : "");
+                           g.state == F_WARP && g.line == f.line ? " with another mask, width or type" : "");
             }
-            if (!complete) continue;
-            /* compute the results of every lane of the mask */
+        }
+        for (int l = 0; l < nl; l++) {
+            fiber &f = lanes[l];
+            if (f.state != F_WARP) continue;
+            /* f is the first waiting lane of its group: compute every member's result */
             unsigned bal = 0;
             for (int m = 0; m < 32; m++)
                 if (f.mask >> m & 1u) {
@@ -342,7 +343,6 @@ int resolve_warps(executor &e, int nthreads) {
                 g.state = F_RUN;
                 released++;
             }
-            (void)b2;
         }
     }
     return released;
@@ -528,6 +528,10 @@ void *shared_alloc(const void *key, size_t bytes, size_t align, const char *file
         if (s.key == key) return e.shared + s.off;
     size_t off = (e.dyn_bytes + e.shared_static + align - 1) & ~(align - 1);
     size_t stat = off + bytes - e.dyn_bytes;
+    if (stat + e.dyn_bytes > SHARED_STATIC_MAX)
+        kfatal("__shared__ at %s:%d: %zu bytes of static and %zu of dynamic shared memory: more than 48 KiB a block "
+               "needs cudaFuncSetAttribute's opt-in (the launch fails on sm_90)",
+               file, line, stat, e.dyn_bytes);
     if (stat > SHARED_STATIC_MAX)
         kfatal("__shared__ at %s:%d: %zu bytes of static shared memory in this kernel (sm_90 allows 48 KiB; ptxas "
                "would refuse it)",

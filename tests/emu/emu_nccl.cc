@@ -13,7 +13,7 @@
  * at once (reductions in double, in rank order, rounded once to the type: deterministic) and the
  * other parts become no-ops. A collective that some rank never queues is reported after 120 s;
  * one rank's calls for several GPUs outside ncclGroupStart/End that would deadlock on a GPU work
- * here only if each call is queued before any sync, which is what a group guarantees.
+ * is reported: one thread queuing two ranks' parts of one collective outside a group.
  * Across MPI processes the fake does not move data: a clique whose ranks live in several
  * processes never becomes ready (comm_nccl.c's deadline then fails the initialisation). */
 #define MR_EMU_RUNTIME 1
@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <nccl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,7 @@ struct coll {
     std::vector<CUstream_st *> streams;
     std::vector<uint64_t> seqs;
     std::vector<bool> in;
+    std::vector<pthread_t> by; /* the host thread that queued each rank's part */
 };
 
 struct clique {
@@ -195,11 +197,15 @@ void compute(coll &c) {
 void run_part(const std::shared_ptr<coll> &cp, int rank) {
     coll &c = *cp;
     if (!c.done && !c.cancelled) {
-        /* the other ranks' streams up to their parts: the data this collective reads */
+        /* the other ranks' streams up to their parts (the item's pre hook did it; this is cheap
+         * then): the data this collective reads */
         for (int r = 0; r < c.nranks; r++)
             if (r != rank && c.seqs[(size_t)r] > 1) mr_emu::run_until(c.streams[(size_t)r], c.seqs[(size_t)r] - 1, false);
-        compute(c);
-        c.done = true;
+        /* again: those runs may have released the lock, and another rank's part computed it */
+        if (!c.done && !c.cancelled) {
+            compute(c);
+            c.done = true;
+        }
     }
     c.finished++;
 }
@@ -269,6 +275,7 @@ ncclResult_t collective(coll_kind kind, const void *send, void *recv, size_t cou
         slot->streams.assign((size_t)n, nullptr);
         slot->seqs.assign((size_t)n, 0);
         slot->in.assign((size_t)n, false);
+        slot->by.assign((size_t)n, pthread_t());
     } else if (slot->kind != kind || slot->count != count || slot->type != type ||
                (kind != C_BROADCAST && kind != C_ALLGATHER && slot->op != op) || (kind == C_BROADCAST && slot->root != root)) {
         mr_emu::fatal("nccl", "collective #%llu: rank %d calls %s(count %zu, type %d, op %d, root %d) but another rank "
@@ -277,6 +284,13 @@ ncclResult_t collective(coll_kind kind, const void *send, void *recv, size_t cou
                       slot->count, (int)slot->type, (int)slot->op, slot->root);
     }
     std::shared_ptr<coll> cp = slot;
+    if (t_group == 0)
+        for (int r = 0; r < n; r++)
+            if (r != comm->rank && cp->in[(size_t)r] && pthread_equal(cp->by[(size_t)r], pthread_self()))
+                mr_emu::fatal("nccl", "%s #%llu: one host thread queued ranks %d and %d outside ncclGroupStart/End; on "
+                                      "a GPU the first call waits for the other ranks and this thread never makes the "
+                                      "second (deadlock): group the calls", fn, (unsigned long long)k, r, comm->rank);
+    cp->by[(size_t)comm->rank] = pthread_self();
     cp->send[(size_t)comm->rank] = send;
     cp->recv[(size_t)comm->rank] = recv;
     int rank = comm->rank;
@@ -284,6 +298,13 @@ ncclResult_t collective(coll_kind kind, const void *send, void *recv, size_t cou
     it.what = fn;
     it.fn = [cp, rank]() { run_part(cp, rank); };
     it.ready = [cp]() { return cp->queued == cp->nranks || cp->cancelled; };
+    it.pre = [cp, rank](bool nonblocking) {
+        for (int r = 0; r < cp->nranks && !cp->done && !cp->cancelled; r++)
+            if (r != rank && cp->seqs[(size_t)r] > 1 &&
+                !mr_emu::run_until(cp->streams[(size_t)r], cp->seqs[(size_t)r] - 1, nonblocking))
+                return false;
+        return true;
+    };
     CUstream_st *s = nullptr;
     uint64_t seq = 0;
     /* NCCL launches on the communicator's GPU whatever the caller's current device, and restores it */

@@ -33,6 +33,7 @@
 #include <atomic>
 #include <deque>
 #include <map>
+#include <memory>
 #include <set>
 #include <stdarg.h>
 #include <pthread.h>
@@ -47,6 +48,7 @@
 #include <vector>
 
 struct CUstream_st {
+    uint64_t id; /* unique for the process: events and waits name a stream by pointer and id */
     int device;
     bool blocking;
     bool legacy;
@@ -66,8 +68,10 @@ struct CUevent_st {
     bool timing;
     CUstream_st *s = nullptr; /* the stream of the last record (NULL: never recorded) */
     uint64_t seq = 0;         /* complete when s->done >= seq */
-    double t = 0;             /* host time at which the record point ran */
-    uint64_t t_seq = 0;       /* the record whose time t is */
+    uint64_t sid = 0;         /* s's id: a destroyed stream's address may come back */
+    /* the host time at which the last record point ran, shared with its TIME item, so that an
+     * event destroyed while records are pending leaves nothing dangling */
+    std::shared_ptr<double> t;
 };
 
 struct CUgraph_st {
@@ -110,6 +114,7 @@ struct state {
 };
 state *g;
 pthread_once_t g_once = PTHREAD_ONCE_INIT;
+uint64_t g_next_stream_id = 1; /* guarded by the lock */
 thread_local int t_device = 0;
 thread_local cudaError_t t_last = cudaSuccess;
 thread_local bool t_locked = false;
@@ -129,6 +134,7 @@ void init_state(void) {
         s->device = i;
         s->blocking = true;
         s->legacy = true;
+        s->id = g_next_stream_id++;
         g->legacy.push_back(s);
         g->streams.insert(s);
     }
@@ -221,6 +227,12 @@ void check_canaries(int device) {
 
 bool stream_valid(CUstream_st *s) { return g->streams.count(s) != 0 && !s->destroyed; }
 
+/* The stream of e's last record, or NULL when never recorded or that stream is gone. */
+CUstream_st *event_stream(const CUevent_st *e) {
+    if (!e->s || !stream_valid(e->s) || e->s->id != e->sid) return nullptr;
+    return e->s;
+}
+
 CUstream_st *resolve(cudaStream_t s) {
     if (s == (cudaStream_t)0 || s == cudaStreamLegacy) {
         if (t_device < 0 || t_device >= g->ndev) return nullptr;
@@ -266,6 +278,7 @@ cudaError_t enqueue_locked(CUstream_st *s, item it, uint64_t *seq_out) {
         if (!pthread_equal(s->cap_thread, pthread_self()))
             fatal("runtime", "work (%s) was queued from another host thread on a stream being captured in "
                              "cudaStreamCaptureModeThreadLocal; mirror does not do that", it.what);
+        if (s->cap_invalid) return err(cudaErrorStreamCaptureInvalidated);
         g->stats.captured_items++;
         s->cap->items.push_back(std::move(it));
         if (seq_out) *seq_out = 0;
@@ -292,12 +305,12 @@ cudaError_t enqueue_locked(CUstream_st *s, item it, uint64_t *seq_out) {
 
 void execute(item &it) {
     switch (it.kind) {
-    case item::WAIT: run_until(it.ws, it.wseq, false); break;
+    case item::WAIT: run_until(it.ws, it.wseq, false); break; /* already satisfied (run_until) */
     case item::WORK:
         g->last_work = it.what;
         it.fn();
         break;
-    case item::TIME: it.ev_time->t = now_s(); it.ev_time->t_seq = it.seq; break;
+    case item::TIME: *it.t_slot = now_s(); break;
     }
 }
 
@@ -305,18 +318,46 @@ void execute(item &it) {
 
 /* ---- what emu_internal.h and emu_runtime_impl.h promise ------------------------------------------- */
 
+/* Every wait inside re-examines the stream from scratch afterwards: the lock was released, so
+ * another thread may have run (or be running) it meanwhile. Only the thread that popped an item
+ * runs it ("running"); no claim is held while waiting for an item to become ready, so threads
+ * driving each other's streams (collectives) cannot deadlock: a stream whose item at point k is
+ * being run is already done up to k - 1. */
 bool run_until(CUstream_st *s, uint64_t seq, bool nonblocking) {
     pthread_t me = pthread_self();
+    double deadline = 0;
     while (s->done < seq) {
         if (s->running && !pthread_equal(s->runner, me)) {
+            if (nonblocking) return false;
             pthread_cond_wait(&g->cv, &g->mu);
             continue;
         }
         if (s->q.empty()) fatal("runtime", "internal: stream has no work to reach its point %llu", (unsigned long long)seq);
         item &front = s->q.front();
+        uint64_t at = s->done;
+        if (front.kind == item::WAIT && front.ws->done < front.wseq) {
+            /* bring the other stream to the point first; then look again */
+            if (!run_until(front.ws, front.wseq, nonblocking)) return false;
+            continue;
+        }
         if (front.ready && !front.ready()) {
             if (nonblocking) return false;
-            wait_until([&] { return front.ready(); }, front.what);
+            if (deadline == 0) deadline = now_s() + 120.0;
+            if (now_s() > deadline)
+                fatal("runtime", "%s waited 120 s for work that no host thread queued (a collective that some rank "
+                                 "never called, or calls for several GPUs from one thread outside ncclGroupStart/End)",
+                      front.what);
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+            continue;
+        }
+        if (front.pre) {
+            /* a collective: the other ranks' streams up to their parts, without holding s */
+            std::function<bool(bool)> pre = front.pre;
+            if (!pre(nonblocking)) return false;
+            if (s->done != at || (s->running && !pthread_equal(s->runner, me))) continue;
         }
         bool outer = !s->running;
         s->running = true;
@@ -803,6 +844,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *out, unsigned int flags) {
     s->device = t_device;
     s->blocking = !(flags & cudaStreamNonBlocking);
     s->legacy = false;
+    s->id = g_next_stream_id++;
     g->streams.insert(s);
     *out = s;
     return cudaSuccess;
@@ -816,6 +858,14 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
     if (stream->cap) fatal("runtime", "cudaStreamDestroy of a stream that is being captured");
     /* the runtime finishes the stream's work before releasing it */
     run_until(stream, stream->enq, false);
+    /* it has drained: waits other streams queued on it are satisfied; drop them before the
+     * stream goes, or they would point at freed memory */
+    for (CUstream_st *o : g->streams)
+        for (item &it : o->q)
+            if (it.kind == item::WAIT && it.ws == stream) {
+                it.kind = item::WORK;
+                it.fn = [] {};
+            }
     g->streams.erase(stream);
     delete stream;
     return cudaSuccess;
@@ -863,9 +913,7 @@ cudaError_t cudaEventCreate(cudaEvent_t *out) { return cudaEventCreateWithFlags(
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
     locker l;
     if (!e) return err(cudaErrorInvalidResourceHandle);
-    /* a TIME item may still point at it: let it run first */
-    if (e->timing && e->s && stream_valid(e->s)) run_until(e->s, e->seq, false);
-    delete e;
+    delete e; /* returns at once, as the runtime does; pending records write their own slots */
     return cudaSuccess;
 }
 
@@ -882,7 +930,8 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
         item it;
         it.kind = item::TIME;
         it.what = "cudaEventRecord";
-        it.ev_time = e;
+        e->t = std::make_shared<double>(0.0);
+        it.t_slot = e->t;
         cudaError_t r = enqueue_locked(s, std::move(it), nullptr);
         if (r != cudaSuccess) return r;
     } else if (s->legacy || s->blocking) {
@@ -894,6 +943,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
         if (r != cudaSuccess) return r;
     }
     e->s = s;
+    e->sid = s->id;
     e->seq = s->enq;
     return cudaSuccess;
 }
@@ -902,26 +952,28 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
     locker l;
     if (!e) return err(cudaErrorInvalidResourceHandle);
     if (capturing_thread()) return unsafe_during_capture();
-    if (!e->s || !stream_valid(e->s)) return cudaSuccess;
-    return run_until(e->s, e->seq, true) ? cudaSuccess : cudaErrorNotReady;
+    CUstream_st *es = event_stream(e);
+    if (!es) return cudaSuccess;
+    return run_until(es, e->seq, true) ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     locker l;
     if (!e) return err(cudaErrorInvalidResourceHandle);
     if (capturing_thread()) return unsafe_during_capture();
-    if (!e->s || !stream_valid(e->s)) return cudaSuccess;
+    CUstream_st *es = event_stream(e);
+    if (!es) return cudaSuccess;
     count_host_sync();
-    run_until(e->s, e->seq, false);
+    run_until(es, e->seq, false);
     return cudaSuccess;
 }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
     locker l;
     if (!a || !b || !a->timing || !b->timing) return err(cudaErrorInvalidResourceHandle);
-    if (!a->s || !b->s) return err(cudaErrorInvalidResourceHandle);
+    if (!event_stream(a) || !event_stream(b) || !a->t || !b->t) return err(cudaErrorInvalidResourceHandle);
     if (a->s->done < a->seq || b->s->done < b->seq) return err(cudaErrorNotReady);
-    *ms = (float)((b->t - a->t) * 1e3);
+    *ms = (float)((*b->t - *a->t) * 1e3);
     return cudaSuccess;
 }
 
@@ -931,12 +983,13 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned int
     if (!e) return err(cudaErrorInvalidResourceHandle);
     CUstream_st *s = resolve(stream);
     if (!s) return err(cudaErrorInvalidResourceHandle);
-    if (!e->s || !stream_valid(e->s)) return cudaSuccess; /* never recorded: nothing to wait for */
+    CUstream_st *es = event_stream(e);
+    if (!es) return cudaSuccess; /* never recorded (or its stream has drained and gone): nothing to wait for */
     if (s->cap) {
-        if (e->s->done >= e->seq) return cudaSuccess;
+        if (es->done >= e->seq) return cudaSuccess;
         fatal("runtime", "cudaStreamWaitEvent inside a capture on work outside it is not emulated");
     }
-    add_wait(s, e->s, e->seq);
+    add_wait(s, es, e->seq);
     return cudaSuccess;
 }
 

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <functional>
+#include <memory>
 #include <stdint.h>
 
 namespace mr_emu {
@@ -22,7 +23,10 @@ struct item {
     std::function<bool()> ready;
     CUstream_st *ws = nullptr;
     uint64_t wseq = 0;
-    CUevent_st *ev_time = nullptr;
+    std::shared_ptr<double> t_slot; /* TIME: where the host time goes */
+    /* optional, run before the item is taken (a collective brings the other ranks' streams to
+     * their parts); false: it would block and nonblocking was asked */
+    std::function<bool(bool nonblocking)> pre;
 };
 
 /* The emulator's one lock. Public entry points take it; items run with it held. */
