@@ -50,6 +50,7 @@ __global__ void warp_ops(int *out) {
     int up = __shfl_up_sync(0xffffffffu, l, 2);         /* l-2, own value for l < 2 */
     int dn = __shfl_down_sync(0xffffffffu, l, 4, 16);   /* l+4 within 16 */
     int xr = __shfl_xor_sync(0xffffffffu, l, 1);
+    int x8 = __shfl_xor_sync(0xffffffffu, l, 8, 8); /* width 8: a later group gives the own value */
     out[l * 8 + 0] = (int)b;
     out[l * 8 + 1] = any;
     out[l * 8 + 2] = all;
@@ -58,7 +59,7 @@ __global__ void warp_ops(int *out) {
     out[l * 8 + 5] = dn;
     out[l * 8 + 6] = xr;
     __syncwarp();
-    out[l * 8 + 7] = l;
+    out[l * 8 + 7] = x8;
 }
 
 static void test_deferred_and_sync(void) {
@@ -212,7 +213,9 @@ static void test_warp_ops(void) {
         CHECK(o[3] == ((l & ~7) + 3) * 10, "shfl width 8 lane %d: %d", l, o[3]);
         CHECK(o[4] == (l < 2 ? l : l - 2), "shfl_up lane %d: %d", l, o[4]);
         CHECK(o[5] == ((l & 15) + 4 < 16 ? l + 4 : l), "shfl_down width 16 lane %d: %d", l, o[5]);
-        CHECK(o[6] == (l ^ 1) && o[7] == l, "shfl_xor lane %d: %d", l, o[6]);
+        CHECK(o[6] == (l ^ 1), "shfl_xor lane %d: %d", l, o[6]);
+        int want8 = (l ^ 8) <= ((l & ~7) | 7) ? (l ^ 8) : l; /* earlier groups readable, later ones not */
+        CHECK(o[7] == want8, "shfl_xor width 8 lane %d: %d (want %d)", l, o[7], want8);
     }
     OK(cudaFree(d));
 }

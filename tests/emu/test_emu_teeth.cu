@@ -95,6 +95,15 @@ __global__ void bug_mask_without_self(float *out) {
     out[t] = __shfl_sync(0x0000ffffu, (float)t, 0);
 }
 
+/* 9. two masks at one shuffle: lanes 0..15 first call it with 0x0000ffff, lanes 16..31 with the
+ *    full mask (a pairing that depends on which lanes arrive first) */
+__global__ void bug_mask_pairing(float *out) {
+    int t = threadIdx.x;
+    float v = (float)t;
+    for (int i = 0; i < (t < 16 ? 2 : 1); i++) v += __shfl_sync(i == 0 && t < 16 ? 0x0000ffffu : 0xffffffffu, v, 0);
+    out[t] = v;
+}
+
 /* ---- the harness ---------------------------------------------------------------------------- */
 
 static float *dev(size_t n) {
@@ -168,6 +177,12 @@ static void case_two_barriers(void) {
 static void case_mask_without_self(void) {
     float *d = dev(32);
     bug_mask_without_self<<<1, 32>>>(d);
+    sync_or_die();
+}
+
+static void case_mask_pairing(void) {
+    float *d = dev(32);
+    bug_mask_pairing<<<1, 32>>>(d);
     sync_or_die();
 }
 
@@ -265,6 +280,7 @@ int main(void) {
         {"return before barrier", case_return_before_sync, "returned", NULL},
         {"two barriers", case_two_barriers, "different barriers", NULL},
         {"mask without self", case_mask_without_self, "leaves the lane out", NULL},
+        {"two masks at one shuffle", case_mask_pairing, "with another mask", NULL},
         {"1024+ threads a block", case_bad_geometry, "cudaErrorInvalidConfiguration", NULL},
     };
     int n = (int)(sizeof cases / sizeof cases[0]), passed = 0;
