@@ -1,5 +1,5 @@
 /* Static computation graphs over the op set, reverse-mode gradients, planned memory, execution
- * (DESIGN.md "Graph"; the ggml lesson: building computes nothing).
+ * (docs/DESIGN.md "Graph"; the ggml lesson: building computes nothing).
  *
  * A graph holds values (the symbolic tensors: a dtype and a shape each) and nodes (one op of the
  * op table, its input values, its params, its output values). Builder calls infer the output

@@ -1,6 +1,6 @@
 /* Checkpoint files: one HDF5 file per step, readable by h5py, written atomically.
  *
- * Layout (see DESIGN.md "Checkpoint"): datasets at slash paths relative to the root
+ * Layout (see docs/DESIGN.md "Checkpoint"): datasets at slash paths relative to the root
  * ("params/fc1.weight", "optimizer/fc1.weight/exp_avg", "state/data_iter/0"), each with a uint32
  * attribute "crc32" (zlib crc32 of its raw little-endian bytes); root attributes for step, epoch,
  * loss scale, RNG states, world size, the experiment's YAML text, and the two the writer adds

@@ -1,6 +1,6 @@
 /* Checkpoint writer: collects datasets (borrowed arrays, copied blobs) and root attributes, then
  * writes them in one call to a temporary file that is flushed, fsync'ed and renamed over the
- * target, so a checkpoint name only ever holds a complete file (DESIGN.md "Checkpoint").
+ * target, so a checkpoint name only ever holds a complete file (docs/DESIGN.md "Checkpoint").
  *
  * The writer keeps only small things of its own (paths, shapes, attribute values, blob copies);
  * the arrays go from the caller's memory to the file in one contiguous H5Dwrite each, with no

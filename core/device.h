@@ -1,4 +1,4 @@
-/* Devices and the backend table (DESIGN.md "Backends").
+/* Devices and the backend table (docs/DESIGN.md "Backends").
  *
  * A backend is a table of function pointers for one device kind: memory, copies, streams and
  * events. Ops are dispatched through the op table (core/ops.h), which holds one kernel slot per

@@ -1,4 +1,4 @@
-/* The op set and the op table (DESIGN.md "Backends", STYLE.md rule 5).
+/* The op set and the op table (docs/DESIGN.md "Backends", docs/STYLE.md rule 5).
  *
  * Every op is a kernel with one uniform signature, `mr_status fn(const mr_op_args *)`, over
  * contiguous buffers (mr_view) plus a params union. The op table holds, per op: its name, a

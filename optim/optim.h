@@ -1,5 +1,5 @@
 /* Optimizers, learning-rate schedules, global-norm clipping and the dynamic loss scaler
- * (DESIGN.md "Precision"). They work on a model's contiguous f32 parameter and gradient buffers
+ * (docs/DESIGN.md "Precision"). They work on a model's contiguous f32 parameter and gradient buffers
  * (autodiff/nn.h mr_params), so one call updates every parameter and the optimizer state is one
  * buffer per slot in the same layout (what a checkpoint saves as /optimizer/<name>/<slot>).
  * Semantics follow torch.optim (SGD with momentum/dampening/nesterov/weight_decay, Adam with L2

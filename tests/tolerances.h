@@ -1,4 +1,4 @@
-/* Every tolerance the tests use, in one place (STYLE.md rule 6). An override carries the error
+/* Every tolerance the tests use, in one place (docs/STYLE.md rule 6). An override carries the error
  * that was measured when it was set. Comparison: |x - ref| <= atol + rtol * |ref| per element,
  * and NMSE = sum (x-ref)^2 / sum ref^2 over the tensor. */
 #ifndef MR_TOLERANCES_H

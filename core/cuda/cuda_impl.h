@@ -1,5 +1,5 @@
 /* Private to core/cuda/: the CUDA backend's stream and event objects, the error-conversion macros
- * (one per foreign API, STYLE.md rule 4) and the helpers kernels use to find their device, stream
+ * (one per foreign API, docs/STYLE.md rule 4) and the helpers kernels use to find their device, stream
  * and cuBLAS handle. Included only by .cu files (it pulls in the CUDA headers). */
 #ifndef MR_CUDA_IMPL_H
 #define MR_CUDA_IMPL_H

@@ -2,7 +2,7 @@
  * ADD/SUB/MUL/DIV with numpy broadcasting (see ops.h; oracles in core/ref/elementwise_ref.c).
  *
  * The per-element math is core/math/unary_math.h, the same code the CPU kernels and the
- * reference instantiate (STYLE.md rule 5). Each op is a functor; one grid-stride kernel template
+ * reference instantiate (docs/STYLE.md rule 5). Each op is a functor; one grid-stride kernel template
  * per pattern (x -> y, (x, y, dy) -> dx, (a, b) -> y), so the op switch happens once on the host
  * and the loops hold no branches on the op. f32 is the fast path; f64 runs too (gradient checks
  * on the GPU, optimizer master weights). */

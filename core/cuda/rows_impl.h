@@ -55,7 +55,7 @@ __device__ __forceinline__ A mr_row_reduce(A v, A *sh, Op op) {
     return r;
 }
 
-/* The accumulation type: f32 data accumulates in f32, f64 in f64 (DESIGN.md: reductions in f32). */
+/* The accumulation type: f32 data accumulates in f32, f64 in f64 (docs/DESIGN.md: reductions in f32). */
 template <typename T> struct mr_acc_t { typedef float A; };
 template <> struct mr_acc_t<double> { typedef double A; };
 

@@ -1,5 +1,5 @@
 /* Inverted dropout's keep rule, shared by the reference, the CPU kernel and the CUDA kernel
- * (STYLE.md rule 5), so every backend drops the same elements for the same (seed, offset, i). */
+ * (docs/STYLE.md rule 5), so every backend drops the same elements for the same (seed, offset, i). */
 #ifndef MR_MATH_DROPOUT_MATH_H
 #define MR_MATH_DROPOUT_MATH_H
 

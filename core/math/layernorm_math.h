@@ -1,5 +1,5 @@
 /* Per-element math of layer norm, once for f32 (CPU fast path, CUDA kernels) and f64 (the
- * reference, CUDA f64 kernels); MR_HD makes it callable from CUDA kernels too (STYLE.md rule 5).
+ * reference, CUDA f64 kernels); MR_HD makes it callable from CUDA kernels too (docs/STYLE.md rule 5).
  * The row statistics (mean m, rstd r = 1/sqrt(var + eps); for the backward the row means
  * sg = mean(dy * gamma) and sgx = mean(dy * gamma * xhat)) are reductions each backend does its
  * own way; these are the steps applied per element once they are known. */

@@ -1,5 +1,5 @@
 /* Max pooling's window rule, shared by the reference, the CPU kernel and the CUDA kernels
- * (STYLE.md rule 5): walking a window in row-major order, element v replaces the current best
+ * (docs/STYLE.md rule 5): walking a window in row-major order, element v replaces the current best
  * when nothing was taken yet (arg < 0), or when the best is a number and v is larger or NaN. So
  * the first maximal element wins ties, padding (never visited) never wins, and the first NaN
  * wins and stays (NaN propagates as in PyTorch). */

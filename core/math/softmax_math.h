@@ -1,6 +1,6 @@
 /* Per-element math of softmax, log-softmax and softmax cross-entropy, once for f32 (CPU fast
  * path, CUDA kernels) and f64 (the reference, CUDA f64 kernels); MR_HD makes it callable from
- * CUDA kernels too (STYLE.md rule 5). The row statistics (max m, sum s = sum exp(x - m)) are
+ * CUDA kernels too (docs/STYLE.md rule 5). The row statistics (max m, sum s = sum exp(x - m)) are
  * reductions that each backend does its own way; these are the steps applied per element once
  * they are known. */
 #ifndef MR_MATH_SOFTMAX_MATH_H

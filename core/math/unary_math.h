@@ -1,6 +1,6 @@
 /* Per-element math of the unary activations, their derivatives and the optimizer updates:
  * written once, instantiated for f32 (CPU fast path, CUDA kernels) and f64 (the reference).
- * MR_HD makes every function callable from CUDA kernels too (STYLE.md rule 5). */
+ * MR_HD makes every function callable from CUDA kernels too (docs/STYLE.md rule 5). */
 #ifndef MR_MATH_UNARY_MATH_H
 #define MR_MATH_UNARY_MATH_H
 
