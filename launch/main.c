@@ -389,6 +389,9 @@ static int cmd_train(int argc, char **argv) {
     if (st == MR_OK) st = run_one(&e, dir, &r);
     mr_experiment_deinit(&e);
     if (st == MR_ERR_UNSUPPORTED || st == MR_ERR_INVALID) return end_job(fail(EXIT_USAGE, "change the setting named above"));
+    if (st == MR_ERR_FORMAT || st == MR_ERR_NOT_FOUND)
+        return end_job(fail(EXIT_RUNTIME, "the file named above is damaged or not in the format expected: replace it, "
+                                          "or point the config at another (data.*, checkpoint.resume)"));
     if (st != MR_OK)
         return end_job(fail(EXIT_RUNTIME, "see the message above; metrics so far and the last checkpoint are in the run "
                                           "directory (running the same command resumes from it)"));

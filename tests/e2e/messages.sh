@@ -104,6 +104,10 @@ if command -v script >/dev/null 2>&1; then
     check "on a terminal a message starts on a line of its own" "grep -q 'mirror info: saved' tty.out && ! grep -q 'ETA [0-9]*s *mirror' tty.out && ! grep -q 's   eval at' tty.out"
 fi
 
+printf 'abc' >bad-images
+out=$("$mirror" train mlp.yaml --set "checkpoint.dir=$tmp/bad" --set "data.train.images=$tmp/bad-images" 2>&1); rc=$?
+check "a damaged data file: names the file and the offset, a HINT about the file" "[ $rc -ne 0 ] && grep -q 'bad-images: truncated: .* at offset 0' <<<\"\$out\" && grep -q '^HINT: the file named above is damaged' <<<\"\$out\" && no_c_pos \"\$out\""
+
 # 7. metrics.jsonl "time" keeps counting across a resume (carried in the checkpoint)
 "$mirror" train mlp.yaml --set "checkpoint.dir=$tmp/res" --set train.steps=10 --quiet >/dev/null 2>&1; rc1=$?
 "$mirror" train mlp.yaml --set "checkpoint.dir=$tmp/res" --quiet >/dev/null 2>&1; rc2=$?
