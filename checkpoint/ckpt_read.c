@@ -13,6 +13,8 @@
 #include "checkpoint/ckpt_impl.h"
 
 #define CK_BLOCK_BYTES ((size_t)4 << 20)
+/* Elements of one dataset at most (2^56: 512 PiB of f64, beyond any real checkpoint). */
+#define CKPT_MAX_NUMEL ((int64_t)1 << 56)
 
 int mr_ckpt_has(const mr_ckpt_reader *r, const char *path) {
     if (!r || !path) return 0;
@@ -95,7 +97,15 @@ static mr_status dset_open(const mr_ckpt_reader *r, const char *name, ck_dset *k
              "%s: '%s': %d dims (or an empty dataspace); at most %d are supported", r->path, name, rank, MR_MAX_DIMS);
     MR_TRY_H5(H5Sget_simple_extent_dims(k->sp, k->dims, NULL), MR_ERR_FORMAT, "%s: '%s': dims", r->path, name);
     k->shape.ndim = rank;
-    for (int d = 0; d < rank; d++) k->shape.dim[d] = (int64_t)k->dims[d];
+    /* A crafted header may declare dims whose product overflows int64 (found by tests/fuzz
+     * fuzz_ckpt): bound the element count, checking before each multiplication. */
+    int64_t numel = 1;
+    for (int d = 0; d < rank; d++) {
+        MR_CHECK(k->dims[d] <= (hsize_t)CKPT_MAX_NUMEL && (k->dims[d] == 0 || numel <= CKPT_MAX_NUMEL / (int64_t)k->dims[d]),
+                 MR_ERR_FORMAT, "%s: '%s': dims of more than 2^56 elements (corrupt header)", r->path, name);
+        k->shape.dim[d] = (int64_t)k->dims[d];
+        numel *= k->shape.dim[d];
+    }
     return MR_OK;
 fail:
     dset_close(k);

@@ -15,7 +15,13 @@
  *           3, one variant through shuffle + batch with a partial last batch.
  *   text:   the bytes are a text file: BYTES and CHARS modes, context 1 and 4, plus the vocabulary.
  *   config: the bytes (up to the first NUL) are experiment YAML: parse; on success to_yaml, parse
- *           again, hash, and expand a sweep when it has at most MR_FUZZ_MAX_TRIALS trials. */
+ *           again, hash, and expand a sweep when it has at most MR_FUZZ_MAX_TRIALS trials.
+ *   ckpt:   the bytes are an HDF5 checkpoint: mr_ckpt_verify, then opened as a mirror checkpoint
+ *           and as a foreign file (MR_CKPT_FOREIGN): every root attribute read as string, integer
+ *           and float, every dataset listed, described (mr_ckpt_info) and read in its own dtype
+ *           (and as a blob), up to MR_FUZZ_MAX_READ bytes each.
+ *   hdf5:   the bytes are an HDF5 data file: mr_data_from_hdf5 with ("/images", "/labels"),
+ *           ("/x") and ("/g/tokens"), each iterated. */
 #ifndef MR_TESTS_FUZZ_TARGETS_H
 #define MR_TESTS_FUZZ_TARGETS_H
 
@@ -25,6 +31,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "checkpoint/ckpt.h"
 #include "core/status.h"
 #include "data/data.h"
 #include "launch/config.h"
@@ -36,6 +43,8 @@
 /* Sweeps with more trials than this are parsed but not expanded (each trial is a full
  * mr_experiment, ~50 KB; 100000 of them would be an out-of-memory, not a bug). */
 #define MR_FUZZ_MAX_TRIALS 64
+/* Datasets larger than this are described but not read (a header may declare 2^60 elements). */
+#define MR_FUZZ_MAX_READ ((int64_t)1 << 24)
 
 /* Aborts unless st is MR_OK or a known error code with a message. */
 static void mr_fuzz_check(mr_status st, const char *what) {
@@ -239,6 +248,84 @@ static int mr_fuzz_config(const uint8_t *data, size_t size) {
         if (st == MR_OK) mr_sweep_free(trials, n);
     }
     mr_experiment_deinit(&e);
+    return 0;
+}
+
+static void mr_fuzz_ckpt_contents(const mr_ckpt_reader *r) {
+    char **names = NULL;
+    int n = 0;
+    mr_status st = mr_ckpt_attr_names(r, &names, &n);
+    mr_fuzz_check(st, "mr_ckpt_attr_names");
+    for (int i = 0; st == MR_OK && i < n; i++) {
+        char *str = NULL;
+        int64_t v = 0;
+        double d = 0;
+        mr_fuzz_check(mr_ckpt_attr_str(r, names[i], &str), "mr_ckpt_attr_str");
+        free(str);
+        mr_fuzz_check(mr_ckpt_attr_i64(r, names[i], &v), "mr_ckpt_attr_i64");
+        mr_fuzz_check(mr_ckpt_attr_f64(r, names[i], &d), "mr_ckpt_attr_f64");
+    }
+    if (st == MR_OK) mr_ckpt_names_free(names, n);
+    names = NULL;
+    n = 0;
+    st = mr_ckpt_list(r, "/", &names, &n);
+    mr_fuzz_check(st, "mr_ckpt_list");
+    for (int i = 0; st == MR_OK && i < n; i++) {
+        mr_dtype dt;
+        mr_shape shape;
+        (void)mr_ckpt_has(r, names[i]);
+        mr_status si = mr_ckpt_info(r, names[i], &dt, &shape);
+        mr_fuzz_check(si, "mr_ckpt_info");
+        if (si != MR_OK) continue;
+        int64_t numel = mr_shape_numel(&shape);
+        if (numel < 0 || shape.ndim < 0 || shape.ndim > MR_MAX_DIMS) { /* info must describe it */
+            fprintf(stderr, "mr_fuzz: mr_ckpt_info of '%s': ndim %d, %lld elements\n", names[i], shape.ndim,
+                    (long long)numel);
+            abort();
+        }
+        if (numel > MR_FUZZ_MAX_READ / 8) continue;
+        void *buf = malloc((size_t)numel * mr_dtype_size(dt) + 1);
+        if (!buf) abort();
+        mr_fuzz_check(mr_ckpt_read(r, names[i], dt, &shape, buf), "mr_ckpt_read");
+        free(buf);
+        void *bytes = NULL;
+        size_t nb = 0;
+        mr_fuzz_check(mr_ckpt_read_blob(r, names[i], &bytes, &nb), "mr_ckpt_read_blob");
+        free(bytes);
+    }
+    if (st == MR_OK) mr_ckpt_names_free(names, n);
+}
+
+static int mr_fuzz_ckpt(const uint8_t *data, size_t size) {
+    const char *path = mr_fuzz_write(data, size);
+    mr_fuzz_check(mr_ckpt_verify(path), "mr_ckpt_verify");
+    for (int flags = 0; flags <= MR_CKPT_FOREIGN; flags += MR_CKPT_FOREIGN) {
+        mr_ckpt_reader *r = NULL;
+        mr_status st = mr_ckpt_open(path, flags, &r);
+        mr_fuzz_check(st, "mr_ckpt_open");
+        if (st != MR_OK) {
+            if (r) { /* the contract: *out is NULL on error */
+                fprintf(stderr, "mr_fuzz: mr_ckpt_open failed but set *out\n");
+                abort();
+            }
+            continue;
+        }
+        mr_fuzz_ckpt_contents(r);
+        mr_ckpt_close(r);
+    }
+    return 0;
+}
+
+static int mr_fuzz_hdf5(const uint8_t *data, size_t size) {
+    const char *path = mr_fuzz_write(data, size);
+    static const char *const sets[3][2] = {{"/images", "/labels"}, {"/x", NULL}, {"/g/tokens", NULL}};
+    for (int k = 0; k < 3; k++) {
+        mr_dataset *ds = NULL;
+        mr_status st = mr_data_from_hdf5(path, sets[k], sets[k][1] ? 2 : 1, &ds);
+        mr_fuzz_check(st, "mr_data_from_hdf5");
+        if (st == MR_OK) mr_fuzz_drain(ds, "hdf5 iteration");
+        else if (ds) abort();
+    }
     return 0;
 }
 

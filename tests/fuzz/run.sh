@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Fuzzes mirror's readers of untrusted input with libFuzzer (clang -fsanitize=fuzzer,address,undefined):
 #   fuzz_idx (IDX, plain and gzipped), fuzz_tokens (u16/u32 token files, raw and llm.c header),
-#   fuzz_text (text, bytes and UTF-8 chars), fuzz_config (experiment YAML).
+#   fuzz_text (text, bytes and UTF-8 chars), fuzz_config (experiment YAML), fuzz_ckpt (HDF5 checkpoints:
+#   verify, open, attributes, every dataset), fuzz_hdf5 (HDF5 data files through mr_data_from_hdf5).
+# CMake builds the same targets with tests/fuzz/driver.c (no libFuzzer needed) and CTest runs them
+# (fuzz.<target>) and this script's build + replay (fuzz.libfuzzer), so neither can rot unnoticed.
 # The target bodies live in tests/fuzz/fuzz_targets.h; the seeds in tests/fuzz/corpus/<target>/.
 #
 #   tests/fuzz/run.sh [target...]            fuzz each target FUZZ_SECONDS (default 60) from its corpus
@@ -9,6 +12,7 @@
 #
 # Environment: FUZZ_SECONDS, FUZZ_JOBS (parallel fuzzing processes per target, default 1),
 # FUZZ_BUILD (binaries and work dirs, default build-fuzz/), CC (default clang-14, else clang),
+# FUZZ_SKIP_WITHOUT_CLANG=1 exits 77 (skipped) when there is no clang (CTest),
 # FUZZ_KEEP_GOING=1 records every crash/leak/timeout and fuzzes on (fork mode) instead of stopping,
 # FUZZ_KEEP_CORPUS=1 merges the new inputs into tests/fuzz/corpus/ (minimized with -merge=1).
 # New inputs go to $FUZZ_BUILD/corpus/<target>/ (not the repo), crashes to $FUZZ_BUILD/artifacts/<target>/;
@@ -23,7 +27,7 @@ cd "$root"
 replay=0
 if [ "${1:-}" = "--replay" ]; then replay=1; shift; fi
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(idx tokens text config)
+[ ${#targets[@]} -gt 0 ] || targets=(idx tokens text config ckpt hdf5)
 seconds="${FUZZ_SECONDS:-60}"
 jobs="${FUZZ_JOBS:-1}"
 out="${FUZZ_BUILD:-$root/build-fuzz}"
@@ -31,16 +35,21 @@ cc="${CC:-}"
 if [ -z "$cc" ]; then
     if command -v clang-14 >/dev/null 2>&1; then cc=clang-14; else cc=clang; fi
 fi
+if [ "${FUZZ_SKIP_WITHOUT_CLANG:-0}" = 1 ] && ! command -v "$cc" >/dev/null 2>&1; then
+    echo "tests/fuzz/run.sh: no $cc (libFuzzer needs clang): skipped"; exit 77
+fi
 
 # ---- build --------------------------------------------------------------------------------------
-# Only what the readers link: core status/dtype/shape/rng, data/, launch/config*.c and models/models.c
-# (the config's model defaults; --gc-sections drops its graph builders, which would need autodiff/ and
-# the ops). HDF5 is linked because data/source_hdf5.c is part of data/.
+# Only what the readers link: core status/dtype/shape/rng and the HDF5 error layer (h5_util.c), data/,
+# checkpoint/, launch/config*.c and models/models.c (the config's model defaults; --gc-sections drops
+# its graph builders, which would need autodiff/ and the ops). CTest's fuzz.libfuzzer builds this list,
+# so a missing file fails the suite.
 hdf5_cflags=$(pkg-config --cflags hdf5-serial 2>/dev/null || echo "-I/usr/include/hdf5/serial")
 hdf5_libs=$(pkg-config --libs hdf5-serial 2>/dev/null || echo "-L/usr/lib/x86_64-linux-gnu/hdf5/serial -lhdf5")
 yaml_libs=$(pkg-config --libs yaml-0.1 2>/dev/null || echo "-lyaml")
 zlib_libs=$(pkg-config --libs zlib 2>/dev/null || echo "-lz")
-lib_sources=(core/status.c core/dtype.c core/shape.c core/rng.c data/*.c launch/config*.c models/models.c)
+lib_sources=(core/status.c core/dtype.c core/shape.c core/rng.c core/h5_util.c data/*.c checkpoint/*.c launch/config*.c
+             models/models.c)
 flags=(-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -fopenmp -ffunction-sections -I. $hdf5_cflags
        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
 mkdir -p "$out/obj" "$out/bin"
@@ -61,7 +70,7 @@ for src in "${lib_sources[@]}"; do
     objs+=("$obj")
 done
 for t in "${targets[@]}"; do
-    [ -f "$here/fuzz_$t.c" ] || { echo "tests/fuzz/run.sh: no target '$t' (idx tokens text config)"; exit 2; }
+    [ -f "$here/fuzz_$t.c" ] || { echo "tests/fuzz/run.sh: no target '$t' (idx tokens text config ckpt hdf5)"; exit 2; }
     bin="$out/bin/fuzz_$t"
     if [ ! -x "$bin" ] || [ -n "$(find "$here" "${objs[@]}" -newer "$bin" \( -name '*.c' -o -name '*.h' -o -name '*.o' \) | head -1)" ]; then
         "$cc" "${flags[@]}" "$here/fuzz_$t.c" "${objs[@]}" -Wl,--gc-sections $hdf5_libs $yaml_libs $zlib_libs -lm -lpthread -o "$bin"
