@@ -80,7 +80,10 @@ mr_view th_view(mr_dtype dt, mr_shape s);
 /* Compares x (f32 or f64, as dt) with the f64 reference; returns 1 when within
  * |x-ref| <= atol + rtol*|ref| everywhere and NMSE <= nmse_max, else prints up to 10 failing
  * elements (index, value, ref, abs err, rel err) and the NMSE, and returns 0. NaN in both at
- * the same index counts as equal. */
+ * the same index counts as equal (a mean of an empty tensor is NaN in both). n < 0 or a NULL
+ * buffer with n > 0 returns 0; n = 0 (an empty tensor) returns 1: there is no element to differ.
+ * A caller that must compare something checks that itself (th_check_cpu_vs_ref fails when the
+ * op has no output at all). tests/unit/test_harness.c checks these rules. */
 int th_compare(const char *what, const void *x, mr_dtype dt, const double *ref, int64_t n, double atol,
                double rtol, double nmse_max);
 

@@ -10,9 +10,10 @@ command -v valgrind >/dev/null || { echo "valgrind is not installed. HINT: apt-g
 cmake -S . -B build-valgrind -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMIRROR_CUDA=OFF >/dev/null
 cmake --build build-valgrind -j "$(nproc)" >/dev/null
 export MIRROR_TEST_QUICK=1
-fail=0
+fail=0 ran=0
 for t in build-valgrind/test_*; do
-    [ -x "$t" ] || continue
+    [ -x "$t" ] && [ -f "$t" ] || continue
+    ran=$((ran + 1))
     start=$(date +%s)
     if valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite "$t" >"$t.valgrind.log" 2>&1; then
         echo "valgrind: $(basename "$t") ok ($(( $(date +%s) - start )) s)"
@@ -21,4 +22,7 @@ for t in build-valgrind/test_*; do
         fail=1
     fi
 done
+# no test binary found is a failure, never "all passed"
+if [ $ran -eq 0 ]; then echo "valgrind: FAILED: no test binaries in build-valgrind/"; exit 1; fi
+echo "valgrind: $ran tests, $([ $fail -eq 0 ] && echo all clean || echo some FAILED)"
 exit $fail

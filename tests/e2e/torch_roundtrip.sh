@@ -46,7 +46,7 @@ out=$("$mirror" eval "$tmp/exp.yaml" --checkpoint "$tmp/torch.h5" 2>&1); rc=$?
 echo "$out" | tail -1
 mirror_loss=$(echo "$out" | sed -n 's/.*eval loss \([0-9.]*\).*/\1/p')
 check "mirror eval of a PyTorch state_dict: loss $mirror_loss = PyTorch's $torch_loss" \
-      "[ $rc -eq 0 ] && awk -v a=$mirror_loss -v b=$torch_loss 'BEGIN { d = a - b; exit !(d < 2e-5 && d > -2e-5) }'"
+      "[ $rc -eq 0 ] && is_num '$mirror_loss' && is_num '$torch_loss' && awk -v a=$mirror_loss -v b=$torch_loss 'BEGIN { d = a - b; exit !(d < 2e-5 && d > -2e-5) }'"
 out=$("$mirror" train "$tmp/exp.yaml" --set "checkpoint.init_from=$tmp/torch.h5" 2>&1); rc=$?
 check "init_from a PyTorch state_dict trains" "[ $rc -eq 0 ] && echo \"\$out\" | grep -q 'initialised from'"
 # 2. mirror -> PyTorch

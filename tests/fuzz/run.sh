@@ -90,6 +90,9 @@ status=0
 if [ $replay = 1 ]; then
     for t in "${targets[@]}"; do
         files=("$here/corpus/$t"/*)
+        if [ ! -f "${files[0]}" ]; then # an empty corpus replays nothing: a failure, not a pass
+            echo "replay $t: FAILED (no corpus files in $here/corpus/$t)"; status=1; continue
+        fi
         if "$out/bin/fuzz_$t" "${common[@]}" -runs=1 "${files[@]}" >"$out/replay_$t.log" 2>&1; then
             echo "replay $t: ${#files[@]} inputs OK"
         else
@@ -132,6 +135,9 @@ for t in "${targets[@]}"; do
         rate=$(( ${execs:-0} / (seconds > 0 ? seconds : 1) ))
     fi
     cov=$(grep -oE '(#[0-9]+).*cov: [0-9]+ ft: [0-9]+' "$log" | tail -1 | sed -E 's/.*cov: ([0-9]+) ft: ([0-9]+)/\1 \2/' || true)
+    if [ "$result" = ok ] && [ "${execs:-0}" = 0 ]; then # a fuzzer that ran no input tested nothing
+        result="FAILED (no inputs executed, see $log)"; status=1
+    fi
     printf "%-8s %8s %10s %10s %8s %8s %s\n" "$t" "$seconds" "$execs" "$rate" ${cov:-? ?} "$result"
     if [ "${FUZZ_KEEP_CORPUS:-0}" = 1 ] && [ "$result" = ok ]; then
         "$out/bin/fuzz_$t" "${common[@]}" -merge=1 "$here/corpus/$t" "$work" >>"$log" 2>&1 || true

@@ -13,8 +13,9 @@ set -uo pipefail
 mpiexec=${1:?usage: faults.sh path/to/mpiexec path/to/test_comm_mpi}
 prog=${2:?usage: faults.sh path/to/mpiexec path/to/test_comm_mpi}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-fails=0
-check() { if eval "$2"; then echo "ok: $1"; else echo "FAILED: $1"; fails=$((fails + 1)); fi; }
+source "$(dirname "${BASH_SOURCE[0]}")/../e2e/lib.sh" # check (fails closed), num_lt
+# without pgrep, "no process left behind" would pass for want of a way to look
+command -v pgrep >/dev/null || { echo "FAILED: no pgrep (package procps): cannot check for processes left behind"; exit 1; }
 
 # No process whose command line holds this drill's tag: polls up to 10 s (mpirun reaps its
 # children asynchronously), then lists and kills what is left (by pid, so the next drill starts
@@ -45,7 +46,7 @@ drill() {
     echo "-- exit $rc after $secs s"
     check "$mode: the job exits non-zero" "[ $rc -ne 0 ]"
     # (also tells the 60 s guard apart: mpirun's own exit code is 137 when a rank died of SIGKILL)
-    check "$mode: ends within 30 s ($secs s)" "awk -v s=$secs 'BEGIN { exit !(s < 30) }'"
+    check "$mode: ends within 30 s ($secs s)" "num_lt '$secs' 30"
     check "$mode: the output names it ($pattern)" "echo \"\$out\" | grep -Eq -- '$pattern'"
     check "$mode: no process left behind" "! left_behind '$tag'"
 }
