@@ -36,6 +36,16 @@ static uint64_t next_u64(void) { /* splitmix64 */
 }
 static size_t below(size_t n) { return n ? (size_t)(next_u64() % n) : 0; }
 
+/* realloc that exits on failure (a driver without memory cannot test anything) */
+static void *xrealloc(void *p, size_t n) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) {
+        fprintf(stderr, "fuzz driver: out of memory (%zu bytes)\n", n);
+        exit(1);
+    }
+    return q;
+}
+
 static int read_file(const char *path, input *in) {
     FILE *f = fopen(path, "rb");
     if (!f) return -1;
@@ -43,8 +53,8 @@ static int read_file(const char *path, input *in) {
     long n = ftell(f);
     rewind(f);
     in->size = n > 0 ? (size_t)n : 0;
-    in->data = malloc(in->size + 1);
-    int ok = in->data && fread(in->data, 1, in->size, f) == in->size;
+    in->data = xrealloc(NULL, in->size + 1);
+    int ok = fread(in->data, 1, in->size, f) == in->size;
     fclose(f);
     return ok ? 0 : -1;
 }
@@ -65,21 +75,22 @@ static void load(const char *path, input **ins, int *n, int *cap) {
         struct dirent *e;
         while (d && (e = readdir(d))) {
             if (e->d_name[0] == '.') continue;
-            names = realloc(names, (size_t)(nn + 1) * sizeof *names);
+            names = xrealloc(names, (size_t)(nn + 1) * sizeof *names);
             size_t len = strlen(path) + strlen(e->d_name) + 2;
-            names[nn] = malloc(len);
+            names[nn] = xrealloc(NULL, len);
             snprintf(names[nn++], len, "%s/%s", path, e->d_name);
         }
         if (d) closedir(d);
         if (nn) qsort(names, (size_t)nn, sizeof *names, cmp_str);
     } else {
-        names = malloc(sizeof *names);
-        names[nn++] = strdup(path);
+        names = xrealloc(NULL, sizeof *names);
+        names[nn] = xrealloc(NULL, strlen(path) + 1);
+        memcpy(names[nn++], path, strlen(path) + 1);
     }
     for (int k = 0; k < nn; k++) {
         if (*n == *cap) {
             *cap = *cap ? 2 * *cap : 64;
-            *ins = realloc(*ins, (size_t)*cap * sizeof **ins);
+            *ins = xrealloc(*ins, (size_t)*cap * sizeof **ins);
         }
         if (read_file(names[k], &(*ins)[*n]) != 0) {
             fprintf(stderr, "fuzz driver: cannot read %s\n", names[k]);
@@ -193,7 +204,7 @@ int main(int argc, char **argv) {
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int k = 0; k < n; k++) run_one(ins[k].data, ins[k].size);
     size_t cap_bytes = (size_t)max_len;
-    uint8_t *buf = malloc(cap_bytes);
+    uint8_t *buf = xrealloc(NULL, cap_bytes);
     long long done = 0;
     for (; done < runs; done++) {
         if (max_time > 0 && (done & 15) == 0) {
