@@ -72,6 +72,9 @@ check "model.dropout in a cnn file exits 2 at file:line:col" "[ $rc -eq 2 ] && g
 out=$("$mirror" train "$root/configs/default.yaml" --set train.batch=100 --set train.accumulate=3 2>&1); rc=$?
 check "a cross-key error from --set names --set, not default.yaml:1:1" "[ $rc -eq 2 ] && grep -q -- '--set: train.batch: must be a multiple of train.accumulate' <<<\"\$out\" && ! grep -q 'default.yaml:1:1' <<<\"\$out\""
 
+out=$("$mirror" train "$root/configs/default.yaml" --set data.train.images=/nonexistent.gz 2>&1); rc=$?
+check "a missing data file from --set: '--set: data.train.images: no such file', no <file>:1:1" "[ $rc -eq 2 ] && grep -q -- \"--set: data.train.images: no such file '/nonexistent.gz'\" <<<\"\$out\" && ! grep -q ':1:1:' <<<\"\$out\""
+
 # 6. a run with stdout to a file: one line per log step, no '\r'; config.yaml lists what applies
 cat >mlp.yaml <<YAML
 model: {type: mlp, sizes: [784, 32, 10]}
