@@ -88,6 +88,7 @@ if(MIRROR_HAVE_EMU)
 
   # the emulator itself and the fakes of the libraries
   add_library(mirror_emu_rt STATIC ${_emu_dir}/emu_exec.cc ${_emu_dir}/emu_runtime.cc ${_emu_dir}/emu_nccl.cc
+              ${_emu_dir}/emu_values.cc
               ${_emu_libs_src})
   target_include_directories(mirror_emu_rt PRIVATE ${_emu_inc})
   target_include_directories(mirror_emu_rt PUBLIC ${PROJECT_SOURCE_DIR}/tests/emu)

@@ -64,16 +64,7 @@ struct pref {
     uint64_t max_ws;
 };
 
-/* destroyed objects stay allocated, marked DEAD, so a later use is reported instead of being
- * undefined; this list keeps them reachable for LeakSanitizer */
-std::vector<void *> *g_dead;
-pthread_mutex_t g_dead_mu = PTHREAD_MUTEX_INITIALIZER;
-void keep_dead(void *p) {
-    pthread_mutex_lock(&g_dead_mu);
-    if (!g_dead) g_dead = new std::vector<void *>();
-    g_dead->push_back(p);
-    pthread_mutex_unlock(&g_dead_mu);
-}
+using mr_emu::keep_dead;
 
 template <class T> T *live(void *p, uint32_t magic, const char *fn, const char *what) {
     T *o = (T *)p;
@@ -83,34 +74,9 @@ template <class T> T *live(void *p, uint32_t magic, const char *fn, const char *
     return o;
 }
 
-size_t type_size(cudaDataType t) {
-    switch (t) {
-    case CUDA_R_32F: return 4;
-    case CUDA_R_64F: return 8;
-    case CUDA_R_16F: case CUDA_R_16BF: return 2;
-    default: return 0;
-    }
-}
-
-double load(const void *p, int64_t i, cudaDataType t) {
-    switch (t) {
-    case CUDA_R_32F: return ((const float *)p)[i];
-    case CUDA_R_64F: return ((const double *)p)[i];
-    case CUDA_R_16F: return __half2float(((const __half *)p)[i]);
-    case CUDA_R_16BF: return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-    default: mr_emu::fatal("cublas", "data type %d is not emulated", (int)t);
-    }
-}
-
-void store(void *p, int64_t i, cudaDataType t, double v) {
-    switch (t) {
-    case CUDA_R_32F: ((float *)p)[i] = (float)v; break;
-    case CUDA_R_64F: ((double *)p)[i] = v; break;
-    case CUDA_R_16F: ((__half *)p)[i] = __float2half_rn((float)v); break;
-    case CUDA_R_16BF: ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn((float)v); break;
-    default: mr_emu::fatal("cublas", "data type %d is not emulated", (int)t);
-    }
-}
+size_t type_size(cudaDataType t) { return mr_emu::value_size(t); }
+double load(const void *p, int64_t i, cudaDataType t) { return mr_emu::load_value(p, i, t); }
+void store(void *p, int64_t i, cudaDataType t, double v) { mr_emu::store_value(p, i, t, v); }
 
 double tf32(double v) {
     float f = (float)v;

@@ -27,16 +27,7 @@
 
 namespace {
 const uint32_t LIVE = 0xC0DECAFEu, DEAD = 0xDEADDEADu;
-/* destroyed objects stay allocated, marked DEAD, so a later use is reported instead of being
- * undefined; this list keeps them reachable for LeakSanitizer */
-std::vector<void *> *g_dead;
-pthread_mutex_t g_dead_mu = PTHREAD_MUTEX_INITIALIZER;
-void keep_dead(void *p) {
-    pthread_mutex_lock(&g_dead_mu);
-    if (!g_dead) g_dead = new std::vector<void *>();
-    g_dead->push_back(p);
-    pthread_mutex_unlock(&g_dead_mu);
-}
+using mr_emu::keep_dead;
 const size_t ALGO_WS = 1u << 20;
 thread_local char t_last[256];
 } // namespace
@@ -90,30 +81,19 @@ cudnnContext *use_h(cudnnHandle_t h, const char *fn) {
     return h;
 }
 
-size_t esize(cudnnDataType_t t) {
+/* cuDNN's data type as the CUDA data type the shared loads and stores take (emu_values.cc) */
+cudaDataType cuda_type(cudnnDataType_t t) {
     switch (t) {
-    case CUDNN_DATA_FLOAT: return 4;
-    case CUDNN_DATA_DOUBLE: return 8;
-    case CUDNN_DATA_HALF: case CUDNN_DATA_BFLOAT16: return 2;
-    default: return 0;
+    case CUDNN_DATA_FLOAT: return CUDA_R_32F;
+    case CUDNN_DATA_DOUBLE: return CUDA_R_64F;
+    case CUDNN_DATA_HALF: return CUDA_R_16F;
+    case CUDNN_DATA_BFLOAT16: return CUDA_R_16BF;
+    default: return CUDA_R_8I; /* no size: refused by the descriptor setters */
     }
 }
-double ld(const void *p, size_t i, cudnnDataType_t t) {
-    switch (t) {
-    case CUDNN_DATA_FLOAT: return ((const float *)p)[i];
-    case CUDNN_DATA_DOUBLE: return ((const double *)p)[i];
-    case CUDNN_DATA_HALF: return __half2float(((const __half *)p)[i]);
-    default: return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-    }
-}
-void st(void *p, size_t i, cudnnDataType_t t, double v) {
-    switch (t) {
-    case CUDNN_DATA_FLOAT: ((float *)p)[i] = (float)v; break;
-    case CUDNN_DATA_DOUBLE: ((double *)p)[i] = v; break;
-    case CUDNN_DATA_HALF: ((__half *)p)[i] = __float2half_rn((float)v); break;
-    default: ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn((float)v); break;
-    }
-}
+size_t esize(cudnnDataType_t t) { return mr_emu::value_size(cuda_type(t)); }
+double ld(const void *p, size_t i, cudnnDataType_t t) { return mr_emu::load_value(p, (int64_t)i, cuda_type(t)); }
+void st(void *p, size_t i, cudnnDataType_t t, double v) { mr_emu::store_value(p, (int64_t)i, cuda_type(t), v); }
 /* alpha/beta: double for double data, float otherwise (cuDNN's scaling parameter rule) */
 double scal(const void *p, cudnnDataType_t t) { return t == CUDNN_DATA_DOUBLE ? *(const double *)p : *(const float *)p; }
 

@@ -11,9 +11,11 @@
 #define MR_EMU_INTERNAL_H
 
 #include <cuda_runtime_api.h>
+#include <library_types.h>
 
 #include <functional>
 #include <stddef.h>
+#include <stdint.h>
 
 namespace mr_emu {
 
@@ -40,6 +42,16 @@ int stream_device(cudaStream_t s);
  * shuffle misuse, a corrupted canary) on stderr as "mirror-emu: <lib>: <message>" and aborts
  * the process: a test cannot pass over it. */
 [[noreturn]] void fatal(const char *lib, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Element i of a buffer of CUDA data type t (f32, f64, f16, bf16) as a double, and a double stored
+ * rounded once to t (emu_values.cc; other types are reported). value_size is 0 for other types. */
+size_t value_size(cudaDataType t);
+double load_value(const void *p, int64_t i, cudaDataType t);
+void store_value(void *p, int64_t i, cudaDataType t, double v);
+
+/* Keeps a destroyed library object (marked dead, not freed, so a later use is reported instead of
+ * being undefined) reachable for LeakSanitizer. Thread-safe. */
+void keep_dead(void *p);
 
 /* Counters that tests read through mr_emu_stats (emu_api.h). */
 void count_library_call(void);
