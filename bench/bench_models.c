@@ -1,6 +1,6 @@
 /* Training-step throughput of the three reference workloads: forward + backward + optimizer
  * update, on a fixed synthetic batch (the input pipeline is not measured), as in
- * ../shared/bench/torch_bench.py, which bench/run_models.sh runs in the same session for ratios.
+ * bench/torch_bench.py, which bench/run_models.sh runs in the same session for ratios.
  *   mlp  784-1024-1024-10, batch 256, SGD(lr 0.01, momentum 0.9)
  *   cnn  1x28x28 -> conv32 -> pool -> conv64 -> pool -> fc128 -> fc10, batch 128, SGD(momentum 0.9)
  *   gpt  vocab 65, context 128, 4 layers, 4 heads, width 128, batch 32, AdamW(lr 3e-4, wd 0.1)

@@ -1,5 +1,5 @@
 /* Throughput of the FULL training step, input pipeline included: mr_train (launch/trainer.h) fed
- * from real files, the same models, batches and optimizers as ../shared/bench/torch_bench.py and
+ * from real files, the same models, batches and optimizers as bench/torch_bench.py and
  * bench_models.c, next to bench/peer_torch_train.py (the same work through torch.utils.data),
  * which bench/run_train.sh runs in the same session for ratios.
  *   mlp  784-1024-1024-10, batch 256, SGD(lr 0.01, momentum 0.9)    Fashion-MNIST IDX, shuffle 10000

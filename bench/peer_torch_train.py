@@ -2,7 +2,7 @@
 """PyTorch peer of bench/bench_train.c: the FULL training step, input pipeline included, with
 Debian's python3-torch 1.13 (run it with the *system* interpreter, /usr/bin/python3).
 
-The models, batches and optimizers are torch_bench.py's (../shared/bench/torch_bench.py, imported
+The models, batches and optimizers are torch_bench.py's (bench/torch_bench.py, imported
 from its path, so there is one definition of each model); only the input differs: real files
 through torch.utils.data instead of one fixed random batch.
   mlp, cnn : Fashion-MNIST IDX (.gz), read once with gzip + numpy; a Dataset whose __getitem__
@@ -57,14 +57,13 @@ except Exception as e:  # noqa: BLE001 - any import failure means the peer canno
 
 def load_torch_bench(path):
     """torch_bench.py as a module (its main() is guarded, its env block uses setdefault)."""
-    for p in [path] if path else [os.path.join(ROOT, "..", "shared", "bench", "torch_bench.py"),
-                                  os.path.join(ROOT, "shared", "bench", "torch_bench.py")]:
+    for p in [path] if path else [os.path.join(ROOT, "bench", "torch_bench.py")]:
         if p and os.path.isfile(p):
             spec = importlib.util.spec_from_file_location("torch_bench", p)
             mod = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(mod)
             return mod, os.path.realpath(p)
-    sys.exit("peer_torch_train: torch_bench.py not found\nHINT: --torch-bench PATH (../shared/bench/torch_bench.py)")
+    sys.exit("peer_torch_train: torch_bench.py not found\nHINT: --torch-bench PATH (bench/torch_bench.py)")
 
 
 # ----------------------------------------------------------------------------- data
@@ -218,7 +217,7 @@ def main():
     ap.add_argument("--workers", default="0,1", help="DataLoader num_workers values to try (the fastest is reported)")
     ap.add_argument("--text", default=os.path.join(ROOT, "runs", "data", "kjv.txt"))
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
-    ap.add_argument("--torch-bench", default=None, help="path of torch_bench.py (default ../shared/bench/)")
+    ap.add_argument("--torch-bench", default=None, help="path of torch_bench.py (default bench/torch_bench.py)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--no-tune", action="store_true", help="do not set OPENBLAS_CORETYPE / OMP_WAIT_POLICY defaults")
     args = ap.parse_args()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Training-step throughput and peak memory of the three reference workloads, mirror next to
-# PyTorch in the same session (../shared/bench/torch_bench.py, tuned as that script does), one
+# PyTorch in the same session (bench/torch_bench.py, tuned as that script does), one
 # process per model and framework so each peak RSS is that model's alone. Prints a table of
 # samples/s (tokens/s for gpt), the ratio, and peak RSS.
 # Usage: bench/run_models.sh [--steps N] [--runs R]   (defaults 30 and 3)
@@ -19,7 +19,7 @@ done
 # (re)build: an incremental build is quick, and a stale binary would measure old code
 { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j "$(nproc)" --target bench_models; } >&2
 torch_bench=""
-for p in "$root/../shared/bench/torch_bench.py" "$root/shared/bench/torch_bench.py"; do
+for p in "$root/bench/torch_bench.py"; do
     [ -f "$p" ] && torch_bench=$p && break
 done
 have_torch=0
