@@ -103,97 +103,6 @@ const int mr_cfg_n_fields = (int)(sizeof mr_cfg_fields / sizeof mr_cfg_fields[0]
 _Static_assert(sizeof mr_cfg_fields / sizeof mr_cfg_fields[0] <= 8 * sizeof(((mr_experiment *)0)->overridden),
                "one overridden bit per key");
 
-/* ---- which keys apply -------------------------------------------------------------------------- */
-
-/* Is `leaf` one of the space-separated words of `list`? */
-static int in_list(const char *list, const char *leaf) {
-    size_t n = strlen(leaf);
-    for (const char *p = list; (p = strstr(p, leaf)); p += n)
-        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return 1;
-    return 0;
-}
-
-/* Each rule: keys (leaves under a section) that only a choice of a selector key uses. */
-static int unused_by(const char *leaf, const char *keys, const char *const *names, int chosen, const char *users,
-                     const char *selector, char *why, size_t cap) {
-    if (!in_list(keys, leaf) || in_list(users, names[chosen])) return 0;
-    snprintf(why, cap, "with %s %s (only %s use%s it)", selector, names[chosen], users, strchr(users, ' ') ? "" : "s");
-    return 1;
-}
-
-int mr_cfg_unused(const mr_experiment *e, const field *f, char *why, size_t cap) {
-    const char *path = f->path, *leaf = strrchr(path, '.');
-    leaf = leaf ? leaf + 1 : path;
-    why[0] = '\0';
-    if (!strncmp(path, "model.", 6)) {
-        int t = (int)e->model.type;
-        return unused_by(leaf, "sizes", MODEL_TYPES, t, "mlp", "model.type", why, cap) ||
-               unused_by(leaf, "input channels hidden classes", MODEL_TYPES, t, "cnn", "model.type", why, cap) ||
-               unused_by(leaf, "vocab context layers heads embd dropout", MODEL_TYPES, t, "gpt", "model.type", why, cap);
-    }
-    if (!strncmp(path, "data.", 5)) {
-        const int train = !strncmp(path, "data.train.", 11);
-        const mr_data_cfg *d = train ? &e->data.train : &e->data.eval;
-        const char *sel = train ? "data.train.source" : "data.eval.source";
-        int s = (int)d->source;
-        if (!strcmp(leaf, "source")) return 0;
-        if (!strcmp(leaf, "seed")) {
-            snprintf(why, cap, "(the shuffle is seeded by the top-level seed)");
-            return 1;
-        }
-        if (!train && !strcmp(leaf, "shuffle")) {
-            snprintf(why, cap, "(evaluation reads its data in order)");
-            return 1;
-        }
-        if (d->source == MR_SRC_NONE) {
-            snprintf(why, cap, "with %s none", sel);
-            return 1;
-        }
-        return unused_by(leaf, "images labels", SOURCES, s, "idx", sel, why, cap) ||
-               unused_by(leaf, "path", SOURCES, s, "tokens text hdf5", sel, why, cap) ||
-               unused_by(leaf, "x_dataset y_dataset", SOURCES, s, "hdf5", sel, why, cap) ||
-               unused_by(leaf, "context", SOURCES, s, "tokens text", sel, why, cap) ||
-               unused_by(leaf, "token_bytes", SOURCES, s, "tokens", sel, why, cap);
-    }
-    if (!strncmp(path, "optimizer.", 10)) {
-        int t = (int)e->optimizer.type;
-        return unused_by(leaf, "momentum nesterov", OPTIMS, t, "sgd", "optimizer.type", why, cap) ||
-               unused_by(leaf, "beta1 beta2 eps", OPTIMS, t, "adam adamw", "optimizer.type", why, cap);
-    }
-    if (!strncmp(path, "schedule.", 9)) {
-        int t = (int)e->schedule.type;
-        return unused_by(leaf, "step_size gamma", SCHEDS, t, "step", "schedule.type", why, cap) ||
-               unused_by(leaf, "min_lr", SCHEDS, t, "cosine linear", "schedule.type", why, cap);
-    }
-    if (!strncmp(path, "precision.loss_scale.", 21))
-        return unused_by(leaf, leaf, POLICIES, (int)e->precision.policy, "mixed_float16", "precision.policy", why, cap);
-    if (!strncmp(path, "sweep.", 6)) {
-        int m = (int)e->sweep.method;
-        return unused_by(leaf, "trials seed", METHODS, m, "random", "sweep.method", why, cap) ||
-               unused_by(leaf, "metric goal", METHODS, m, "grid random", "sweep.method", why, cap);
-    }
-    return 0;
-}
-
-/* The key whose value decides whether f applies ("model.type"), or NULL. */
-static const char *selector_of(const field *f) {
-    static const char *const sel[][2] = {{"model.", "model.type"}, {"data.train.", "data.train.source"},
-                                         {"data.eval.", "data.eval.source"}, {"optimizer.", "optimizer.type"},
-                                         {"schedule.", "schedule.type"}, {"precision.loss_scale.", "precision.policy"},
-                                         {"sweep.", "sweep.method"}};
-    for (size_t i = 0; i < sizeof sel / sizeof sel[0]; i++)
-        if (!strncmp(f->path, sel[i][0], strlen(sel[i][0]))) return sel[i][1];
-    return NULL;
-}
-
-/* Does e's sweep vary the key that decides whether f applies (then f may apply to some trials)? */
-static int selector_swept(const mr_experiment *e, const field *f) {
-    const char *s = selector_of(f);
-    for (int i = 0; s && i < e->sweep.n_params; i++)
-        if (!strcmp(e->sweep.params[i].key, s)) return 1;
-    return 0;
-}
-
 /* Set while a config is loaded and then overridden (mr_experiment_defer_file_checks): a path in
  * the file that --set replaces need not exist. Per thread, like the error message. */
 static _Thread_local int g_defer_files;
@@ -871,7 +780,7 @@ static mr_status check_unused(const mr_experiment *e, const char *origin, const 
         const field *f = &FIELDS[i];
         const int by_set = is_overridden(e, f->path);
         const struct key_mark *m = mark_of(km, f->path);
-        if ((!by_set && !m) || selector_swept(e, f) || !mr_cfg_unused(e, f, why, sizeof why)) continue;
+        if ((!by_set && !m) || mr_cfg_selector_swept(e, f) || !mr_cfg_unused(e, f, why, sizeof why)) continue;
         if (by_set)
             return perr(MR_ERR_INVALID, ((pos){"--set", 0, 0}), "%s: has no effect %s; HINT: drop --set %s", f->path, why,
                         f->path);
@@ -879,7 +788,7 @@ static mr_status check_unused(const mr_experiment *e, const char *origin, const 
         if (!final)
             return perr(MR_ERR_INVALID, p, "%s: has no effect %s; HINT: remove the key (the resolved config.yaml lists "
                                            "only the keys that apply)", f->path, why);
-        const char *sel = selector_of(f);
+        const char *sel = mr_cfg_selector_of(f);
         if (!sel || !is_overridden(e, sel)) continue; /* e.g. a sweep trial: its own values decide */
         char where[MR_CFG_PATH_MAX + 32];
         const char *base = strrchr(origin, '/');
@@ -888,7 +797,7 @@ static mr_status check_unused(const mr_experiment *e, const char *origin, const 
     }
     for (int i = 0; i < e->sweep.n_params; i++) {
         const field *f = mr_cfg_find_field(e->sweep.params[i].key);
-        if (f && !selector_swept(e, f) && mr_cfg_unused(e, f, why, sizeof why))
+        if (f && !mr_cfg_selector_swept(e, f) && mr_cfg_unused(e, f, why, sizeof why))
             return perr(MR_ERR_INVALID, key_pos(e, origin, km, "sweep.params"), "sweep.params.%s: has no effect %s",
                         f->path, why);
     }

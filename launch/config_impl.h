@@ -32,6 +32,12 @@ extern const int mr_cfg_n_fields;
  * reason in why ("with model.type cnn (only gpt uses it)"); 0 when it applies. */
 int mr_cfg_unused(const mr_experiment *e, const field *f, char *why, size_t cap);
 
+/* The key that decides whether f applies (model.type for model.*, data.train.source for
+ * data.train.*, ...), or NULL; and whether the sweep varies that key (then f applies to some
+ * trials and is accepted). config_apply.c. */
+const char *mr_cfg_selector_of(const field *f);
+int mr_cfg_selector_swept(const mr_experiment *e, const field *f);
+
 /* The table entry for a dotted key, or NULL. */
 const field *mr_cfg_find_field(const char *path);
 
