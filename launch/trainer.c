@@ -492,51 +492,6 @@ fail:
     return st;
 }
 
-/* ---- gradient buckets: all-reduced while the backward goes on ---------------------------------- */
-
-typedef struct bucket {
-    int64_t off, n;   /* a contiguous range of the gradient buffer */
-    int32_t ready;    /* the plan kernels after which its gradients are final */
-    int64_t ticket;
-} bucket;
-
-static int cmp_bucket(const void *a, const void *b) {
-    const bucket *x = a, *y = b;
-    return (x->ready > y->ready) - (x->ready < y->ready);
-}
-
-/* Buckets of at most cap_bytes (a parameter bigger than that is a bucket of its own) over
- * consecutive parameters, taken from the last one back (the backward produces the last layers'
- * gradients first), sorted by when they are ready. The first bucket is kept to 1 MB (PyTorch
- * DDP's rule): its all-reduce can then start early in the backward even when the whole model
- * would fit one bucket. */
-static mr_status make_buckets(const mr_params *ps, const mr_plan *plan, const float *grads, double cap_bytes,
-                              bucket **out, int *nb) {
-    const int32_t np = mr_params_count(ps);
-    bucket *b = calloc((size_t)np, sizeof *b);
-    if (!b) return mr_set_error(MR_ERR_NOMEM, "trainer: out of memory for gradient buckets");
-    int k = -1;
-    int64_t end = 0;
-    for (int32_t i = np - 1; i >= 0; i--) {
-        int64_t off = mr_params_offset(ps, i), n = mr_params_numel(ps, i);
-        int32_t ready = mr_plan_ready_after(plan, grads + off, sizeof(float) * (size_t)n);
-        double cap = k <= 0 && cap_bytes > 1048576.0 ? 1048576.0 : cap_bytes;
-        if (k < 0 || (double)(end - off) * sizeof(float) > cap) {
-            k++;
-            b[k].off = off;
-            end = off + n;
-            b[k].ready = 0;
-        }
-        b[k].off = off;
-        b[k].n = end - off;
-        if (ready > b[k].ready) b[k].ready = ready;
-    }
-    *nb = k + 1;
-    qsort(b, (size_t)*nb, sizeof *b, cmp_bucket);
-    *out = b;
-    return MR_OK;
-}
-
 /* One replica's training loop (all of it when comm is NULL). */
 static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_result *res) {
     mr_status st = MR_OK;
@@ -590,7 +545,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
     if (no_allreduce && tr.rank == 0) mr_log_warn("MIRROR_BENCH_NO_ALLREDUCE=1: replicas do not exchange gradients");
     if (comm && !dp && c->accumulate == 1 && !no_allreduce && !tr.zero && mr_comm_backend_of(comm) != MR_COMM_HIER) {
         double cap = (c->bucket_mb > 0 ? c->bucket_mb : 16.0) * 1048576.0;
-        MR_TRY(make_buckets(tr.ps, s->plan, grads, cap, &buckets, &nbuckets));
+        MR_TRY(mr_train_make_buckets(tr.ps, s->plan, grads, cap, &buckets, &nbuckets));
         MR_TRY(mr_comm_queue_new(comm, &queue));
     }
     double busy0 = 0;

@@ -134,3 +134,44 @@ mr_status tr_zero_gather(trainer *t) {
 mr_status tr_zero_full_slot(trainer *t, int k, float *out) {
     return gather_into(t, mr_optim_slot(t->opt, k), out);
 }
+
+/* ---- gradient buckets: all-reduced while the backward goes on ---------------------------------- */
+
+
+static int cmp_bucket(const void *a, const void *b) {
+    const bucket *x = a, *y = b;
+    return (x->ready > y->ready) - (x->ready < y->ready);
+}
+
+/* Buckets of at most cap_bytes (a parameter bigger than that is a bucket of its own) over
+ * consecutive parameters, taken from the last one back (the backward produces the last layers'
+ * gradients first), sorted by when they are ready. The first bucket is kept to 1 MB (PyTorch
+ * DDP's rule): its all-reduce can then start early in the backward even when the whole model
+ * would fit one bucket. */
+mr_status mr_train_make_buckets(const mr_params *ps, const mr_plan *plan, const float *grads, double cap_bytes,
+                              bucket **out, int *nb) {
+    const int32_t np = mr_params_count(ps);
+    bucket *b = calloc((size_t)np, sizeof *b);
+    if (!b) return mr_set_error(MR_ERR_NOMEM, "trainer: out of memory for gradient buckets");
+    int k = -1;
+    int64_t end = 0;
+    for (int32_t i = np - 1; i >= 0; i--) {
+        int64_t off = mr_params_offset(ps, i), n = mr_params_numel(ps, i);
+        int32_t ready = mr_plan_ready_after(plan, grads + off, sizeof(float) * (size_t)n);
+        double cap = k <= 0 && cap_bytes > 1048576.0 ? 1048576.0 : cap_bytes;
+        if (k < 0 || (double)(end - off) * sizeof(float) > cap) {
+            k++;
+            b[k].off = off;
+            end = off + n;
+            b[k].ready = 0;
+        }
+        b[k].off = off;
+        b[k].n = end - off;
+        if (ready > b[k].ready) b[k].ready = ready;
+    }
+    *nb = k + 1;
+    qsort(b, (size_t)*nb, sizeof *b, cmp_bucket);
+    *out = b;
+    return MR_OK;
+}
+

@@ -126,4 +126,16 @@ mr_status tr_zero_gather(trainer *t) MR_WUR;
 /* Optimizer slot k as a full-length (n) buffer: a sharded one is gathered into out (n floats). */
 mr_status tr_zero_full_slot(trainer *t, int k, float *out) MR_WUR;
 
+/* A contiguous range of the gradient buffer all-reduced as one piece while the backward goes on. */
+typedef struct bucket {
+    int64_t off, n;   /* a contiguous range of the gradient buffer */
+    int32_t ready;    /* the plan kernels after which its gradients are final */
+    int64_t ticket;
+} bucket;
+
+/* Buckets of at most cap_bytes over consecutive parameters, last parameter first, sorted by when
+ * their gradients are final in `plan` (trainer_dist.c; the first is kept to 1 MB, DDP's rule). */
+mr_status mr_train_make_buckets(const mr_params *ps, const mr_plan *plan, const float *grads, double cap_bytes,
+                                bucket **out, int *nb);
+
 #endif
