@@ -74,6 +74,12 @@ template <class T> T *live(void *p, uint32_t magic, const char *fn, const char *
     return o;
 }
 
+/* Marks a live object dead and keeps it (a later use is then reported). */
+template <class T> void destroy(void *p, uint32_t magic, const char *fn, const char *what) {
+    live<T>(p, magic, fn, what)->magic = DEAD;
+    keep_dead(p);
+}
+
 size_t type_size(cudaDataType t) { return mr_emu::value_size(t); }
 double load(const void *p, int64_t i, cudaDataType t) { return mr_emu::load_value(p, i, t); }
 void store(void *p, int64_t i, cudaDataType t, double v) { mr_emu::store_value(p, i, t, v); }
@@ -186,9 +192,7 @@ cublasStatus_t cublasCreate_v2(cublasHandle_t *handle) {
 }
 
 cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
-    blas_handle *h = live<blas_handle>(handle, MAGIC_BLAS, "cublasDestroy", "handle");
-    h->magic = DEAD; /* kept (not freed) so that a later use is reported, not undefined */
-    keep_dead(h);
+    destroy<blas_handle>(handle, MAGIC_BLAS, "cublasDestroy", "handle");
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -300,8 +304,7 @@ cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
 }
 
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
-    live<lt_handle>(h, MAGIC_LT, "cublasLtDestroy", "handle")->magic = DEAD;
-    keep_dead(h);
+    destroy<lt_handle>(h, MAGIC_LT, "cublasLtDestroy", "handle");
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -317,8 +320,7 @@ cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *out, cudaDataT
 }
 
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
-    live<layout>(l, MAGIC_LAYOUT, "cublasLtMatrixLayoutDestroy", "layout")->magic = DEAD;
-    keep_dead(l);
+    destroy<layout>(l, MAGIC_LAYOUT, "cublasLtMatrixLayoutDestroy", "layout");
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -350,8 +352,7 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *out, cublasCompute
 }
 
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
-    live<desc>(d, MAGIC_DESC, "cublasLtMatmulDescDestroy", "matmul descriptor")->magic = DEAD;
-    keep_dead(d);
+    destroy<desc>(d, MAGIC_DESC, "cublasLtMatmulDescDestroy", "matmul descriptor");
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -382,8 +383,7 @@ cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *out) {
 }
 
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
-    live<pref>(p, MAGIC_PREF, "cublasLtMatmulPreferenceDestroy", "preference")->magic = DEAD;
-    keep_dead(p);
+    destroy<pref>(p, MAGIC_PREF, "cublasLtMatmulPreferenceDestroy", "preference");
     return CUBLAS_STATUS_SUCCESS;
 }
 
