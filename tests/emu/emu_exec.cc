@@ -280,6 +280,46 @@ int shfl_src(const fiber &f, int l) {
     }
 }
 
+/* Computes the results of every lane of f's group (all waiting at f's operation, validated) and
+ * makes them runnable. Returns the lanes released. */
+int release_group(fiber *lanes, fiber &f) {
+    int released = 0;
+    unsigned bal = 0;
+    for (int m = 0; m < 32; m++)
+        if (f.mask >> m & 1u) {
+            int p;
+            memcpy(&p, lanes[m].val, sizeof p);
+            if (p) bal |= 1u << m;
+        }
+    for (int m = 0; m < 32; m++) {
+        if (!(f.mask >> m & 1u)) continue;
+        fiber &g = lanes[m];
+        switch (f.kind) {
+        case mr_emu_k::W_BALLOT: memcpy(g.result, &bal, 4); break;
+        case mr_emu_k::W_ANY: {
+            unsigned r = bal != 0;
+            memcpy(g.result, &r, 4);
+        } break;
+        case mr_emu_k::W_ALL: {
+            unsigned r = bal == f.mask;
+            memcpy(g.result, &r, 4);
+        } break;
+        case mr_emu_k::W_SYNCWARP: break;
+        default: {
+            int s = shfl_src(g, m);
+            if (s < 0) s = m;
+            if (s >= 32 || !(f.mask >> s & 1u))
+                kfatal("%s at %s:%d: lane %d reads lane %d, which is not in the mask 0x%08x (undefined on a GPU)",
+                       kind_name(f.kind), f.file, f.line, m, s, f.mask);
+            memcpy(g.result, lanes[s].val, (size_t)g.size);
+        }
+        }
+        g.state = F_RUN;
+        released++;
+    }
+    return released;
+}
+
 /* Completes the warp operations every waiting lane is at; reports a mismatch. Called when no
  * fiber can run, so every lane of a waiting lane's mask must be waiting at the same operation
  * (same kind and line) with the same mask: validated for all lanes first, released after, so a
@@ -309,40 +349,7 @@ int resolve_warps(executor &e, int nthreads) {
         for (int l = 0; l < nl; l++) {
             fiber &f = lanes[l];
             if (f.state != F_WARP) continue;
-            /* f is the first waiting lane of its group: compute every member's result */
-            unsigned bal = 0;
-            for (int m = 0; m < 32; m++)
-                if (f.mask >> m & 1u) {
-                    int p;
-                    memcpy(&p, lanes[m].val, sizeof p);
-                    if (p) bal |= 1u << m;
-                }
-            for (int m = 0; m < 32; m++) {
-                if (!(f.mask >> m & 1u)) continue;
-                fiber &g = lanes[m];
-                switch (f.kind) {
-                case mr_emu_k::W_BALLOT: memcpy(g.result, &bal, 4); break;
-                case mr_emu_k::W_ANY: {
-                    unsigned r = bal != 0;
-                    memcpy(g.result, &r, 4);
-                } break;
-                case mr_emu_k::W_ALL: {
-                    unsigned r = bal == f.mask;
-                    memcpy(g.result, &r, 4);
-                } break;
-                case mr_emu_k::W_SYNCWARP: break;
-                default: {
-                    int s = shfl_src(g, m);
-                    if (s < 0) s = m;
-                    if (s >= 32 || !(f.mask >> s & 1u))
-                        kfatal("%s at %s:%d: lane %d reads lane %d, which is not in the mask 0x%08x (undefined on a GPU)",
-                               kind_name(f.kind), f.file, f.line, m, s, f.mask);
-                    memcpy(g.result, lanes[s].val, (size_t)g.size);
-                }
-                }
-                g.state = F_RUN;
-                released++;
-            }
+            released += release_group(lanes, f);
         }
     }
     return released;
@@ -381,6 +388,28 @@ int resolve_barrier(executor &e, int nthreads) {
     return n;
 }
 
+/* Runs f, and while its warp completes a full-warp operation, runs that warp on ahead of the
+ * other warps (depth first): a warp that reaches shared memory before the others leave the code
+ * above it shows a missing __syncthreads, as a fast warp does on a GPU. Only full-warp groups
+ * are released early; partial masks wait for the strict check in resolve_warps. */
+void run_warp_ahead(executor &e, int nthreads, fiber &f) {
+    run_fiber(e, f);
+    fiber *lanes = &e.fibers[(size_t)(f.warp * 32)];
+    int nl = nthreads - f.warp * 32 < 32 ? nthreads - f.warp * 32 : 32;
+    unsigned all = nl == 32 ? 0xffffffffu : ((1u << nl) - 1u);
+    while (f.state == F_WARP && f.mask == all) {
+        for (int m = 0; m < nl; m++) {
+            const fiber &g = lanes[m];
+            if (g.state != F_WARP || g.kind != f.kind || g.line != f.line || g.file != f.file || g.mask != f.mask ||
+                g.width != f.width || g.size != f.size)
+                return; /* not complete (or a mismatch resolve_warps will report) */
+        }
+        release_group(lanes, lanes[0]);
+        for (int m = 0; m < nl; m++)
+            if (lanes[m].state == F_RUN) run_fiber(e, lanes[m]);
+    }
+}
+
 void run_block(executor &e, int nthreads, schedule sch) {
     std::vector<int> order((size_t)nthreads);
     for (int t = 0; t < nthreads; t++) {
@@ -411,7 +440,7 @@ void run_block(executor &e, int nthreads, schedule sch) {
         }
         for (int k = 0; k < nthreads; k++) {
             fiber &f = e.fibers[(size_t)order[(size_t)k]];
-            if (f.state == F_RUN) run_fiber(e, f);
+            if (f.state == F_RUN) run_warp_ahead(e, nthreads, f);
         }
         if (resolve_warps(e, nthreads) > 0) continue;
         if (resolve_barrier(e, nthreads) > 0) continue;
