@@ -54,6 +54,15 @@ mr_shape mr_model_sample_shape(const mr_model_cfg *c) {
 
 mr_dtype mr_model_input_dtype(const mr_model_cfg *c) { return mr_model_task(c) == MR_TASK_LM ? MR_I32 : MR_F32; }
 
+/* "[1, 28, 28]", as the config writes shapes. */
+static const char *dims(const mr_shape *s, char *buf, size_t cap) {
+    int n = snprintf(buf, cap, "[");
+    for (int i = 0; i < s->ndim && n < (int)cap; i++)
+        n += snprintf(buf + n, cap - (size_t)n, "%s%lld", i ? ", " : "", (long long)s->dim[i]);
+    if (n < (int)cap) snprintf(buf + n, cap - (size_t)n, "]");
+    return buf;
+}
+
 mr_status mr_model_fit_data(mr_model_cfg *c, mr_shape sample, int64_t vocab) {
     if (mr_model_task(c) == MR_TASK_LM) {
         if (vocab > 0) c->vocab = vocab;
@@ -67,7 +76,7 @@ mr_status mr_model_fit_data(mr_model_cfg *c, mr_shape sample, int64_t vocab) {
         if (sample.ndim == 2) sample = mr_shape_3d(1, sample.dim[0], sample.dim[1]);
         if (sample.ndim != 3)
             return mr_set_error(MR_ERR_INVALID, "model.type cnn: needs images, the data gives samples of shape %s",
-                                mr_shape_str(&sample, b1, sizeof b1));
+                                dims(&sample, b1, sizeof b1));
         c->in_channels = sample.dim[0];
         c->height = sample.dim[1];
         c->width = sample.dim[2];
@@ -76,8 +85,8 @@ mr_status mr_model_fit_data(mr_model_cfg *c, mr_shape sample, int64_t vocab) {
         mr_shape want = mr_model_sample_shape(c);
         if (mr_shape_numel(&want) != n)
             return mr_set_error(MR_ERR_INVALID, "model.input: %s does not fit the data's samples of shape %s; HINT: "
-                                "model.input: %s (or any shape of %lld elements)", mr_shape_str(&want, b1, sizeof b1),
-                                mr_shape_str(&sample, b2, sizeof b2), b2, (long long)n);
+                                "model.input: %s (or any shape of %lld elements)", dims(&want, b1, sizeof b1),
+                                dims(&sample, b2, sizeof b2), b2, (long long)n);
         return MR_OK;
     }
     }
