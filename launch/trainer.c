@@ -99,13 +99,13 @@ static mr_status make_pipeline(const mr_train_cfg *c, int train, int64_t batch, 
     mr_status st = MR_OK;
     mr_dataset *ds = NULL, *next = NULL;
     memset(p, 0, sizeof *p);
-    if (c->model.type == MR_MODEL_GPT && (c->train_text || c->eval_text)) {
+    if (mr_model_task(&c->model) == MR_TASK_LM && (c->train_text || c->eval_text)) {
         const char *path = train ? c->train_text : c->eval_text;
         MR_TRY(mr_data_from_text(path, c->model.context, MR_DATA_TEXT_CHARS, &ds));
         if (c->train_text && c->eval_text && !strcmp(c->train_text, c->eval_text))
             THEN(train ? mr_data_skip(ds, MR_TEXT_HOLDOUT, &next) : mr_data_take(ds, MR_TEXT_HOLDOUT, &next));
         if (!train && world > 1) THEN(mr_data_shard(ds, world, rank, &next));
-    } else if (c->model.type == MR_MODEL_GPT) {
+    } else if (mr_model_task(&c->model) == MR_TASK_LM) {
         const char *path = train ? c->train_tokens : c->eval_tokens;
         MR_TRY(mr_data_from_tokens(path, c->token_bytes, c->model.context, MR_DATA_TOKENS_RAW, &ds));
         if (!train && world > 1) THEN(mr_data_shard(ds, world, rank, &next));
@@ -116,9 +116,9 @@ static mr_status make_pipeline(const mr_train_cfg *c, int train, int64_t batch, 
         *image_numel = mr_shape_numel(&in->comp[0].shape);
         mr_data_spec out;
         memset(&out, 0, sizeof out);
-        mr_shape xs = c->model.type == MR_MODEL_CNN
-                          ? mr_shape_3d(1, in->comp[0].shape.dim[0], in->comp[0].shape.dim[1])
-                          : mr_shape_1d(*image_numel);
+        mr_model_cfg m = c->model; /* the model's sample shape once fitted to these images */
+        MR_TRY(mr_model_fit_data(&m, in->comp[0].shape, 0));
+        mr_shape xs = mr_model_sample_shape(&m);
         mr_shape ls = mr_shape_make(0, NULL);
         MR_TRY(mr_data_spec_add(&out, "x", MR_F32, &xs));
         MR_TRY(mr_data_spec_add(&out, "label", MR_I32, &ls));
@@ -129,7 +129,7 @@ static mr_status make_pipeline(const mr_train_cfg *c, int train, int64_t batch, 
          * contend); prefetch hides the map behind the step */
         THEN(mr_data_map(ds, normalize_image, image_numel, &out, 1, &next));
     }
-    if (c->model.type == MR_MODEL_GPT && train) {
+    if (mr_model_task(&c->model) == MR_TASK_LM && train) {
         if (c->shuffle > 0) THEN(mr_data_shuffle(ds, c->shuffle, c->seed, 1, &next));
         THEN(mr_data_repeat(ds, -1, &next));
         if (world > 1) THEN(mr_data_shard(ds, world, rank, &next));
@@ -173,7 +173,7 @@ static mr_status evaluate(const mr_train_cfg *c, mr_steps *steps, tr_device *dv,
         MR_TRY(tr_dev_read(dv, s, s->io.loss, sizeof(float), &h));
         loss_sum += (double)*(const float *)h * (double)b;
         seen += b;
-        if (c->model.type != MR_MODEL_GPT) {
+        if (mr_model_task(&c->model) != MR_TASK_LM) {
             const int32_t *labels = e.data[1];
             mr_shape ls = mr_graph_shape(s->g, s->io.out);
             int64_t k = ls.dim[1];
@@ -195,8 +195,8 @@ static mr_status evaluate(const mr_train_cfg *c, mr_steps *steps, tr_device *dv,
         seen = (int64_t)sums[2];
     }
     out->loss = seen ? loss_sum / (double)seen : NAN;
-    out->accuracy = c->model.type != MR_MODEL_GPT && seen ? (double)correct / (double)seen : NAN;
-    out->perplexity = c->model.type == MR_MODEL_GPT ? exp(out->loss) : NAN;
+    out->accuracy = mr_model_task(&c->model) != MR_TASK_LM && seen ? (double)correct / (double)seen : NAN;
+    out->perplexity = mr_model_task(&c->model) == MR_TASK_LM ? exp(out->loss) : NAN;
 fail:
     pipeline_free(&p);
     return st;
@@ -294,12 +294,12 @@ static mr_status check_cfg(const mr_train_cfg *c) {
         return mr_set_error(MR_ERR_INVALID, "train.accumulate: %lld micro-batches do not divide the batch %lld",
                             (long long)c->accumulate, (long long)c->batch);
     if (c->grad_clip < 0) return mr_set_error(MR_ERR_INVALID, "optimizer.grad_clip: must be >= 0, got %g", c->grad_clip);
-    if (c->model.type == MR_MODEL_GPT) {
+    if (mr_model_task(&c->model) == MR_TASK_LM) {
         if (!c->train_tokens && !c->train_text)
-            return mr_set_error(MR_ERR_INVALID, "data.train.path: a gpt needs a token or text file");
+            return mr_set_error(MR_ERR_INVALID, "data.train.path: a language model needs a token or text file");
     } else if (!c->train_images || !c->train_labels) {
-        return mr_set_error(MR_ERR_INVALID, "data.train: an %s needs IDX images and labels",
-                            c->model.type == MR_MODEL_CNN ? "cnn" : "mlp");
+        return mr_set_error(MR_ERR_INVALID, "data.train: a classifier (model.type %s) needs IDX images and labels",
+                            mr_model_type_name(c->model.type));
     }
     return mr_schedule_check(&c->schedule);
 }
@@ -361,14 +361,9 @@ static mr_status trainer_init(trainer *t, const mr_train_cfg *cfg, int with_opti
     const int64_t micro = c->batch / (c->accumulate * t->world);
     MR_TRY(make_pipeline(c, 1, micro, &t->image_numel, t->world, t->rank, &t->train));
     t->train_size = mr_data_source_size(t->train.ds);
-    if (c->model.type == MR_MODEL_MLP) c->model.sizes[0] = t->image_numel;
-    if (c->model.type == MR_MODEL_CNN) {
-        const mr_data_spec *sp = mr_data_element_spec(t->train.ds);
-        c->model.in_channels = 1;
-        c->model.height = sp->comp[0].shape.dim[1];
-        c->model.width = sp->comp[0].shape.dim[2];
-    }
-    if (c->model.type == MR_MODEL_GPT && c->train_text) {
+    if (mr_model_task(&c->model) == MR_TASK_CLASSIFY)
+        MR_TRY(mr_model_fit_data(&c->model, mr_data_element_spec(t->train.ds)->comp[0].shape, 0));
+    if (mr_model_task(&c->model) == MR_TASK_LM && c->train_text) {
         const int32_t *vocab = NULL;
         int64_t nvocab = 0;
         MR_TRY(mr_data_text_vocab(t->train.ds, &vocab, &nvocab));
@@ -508,7 +503,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
     const int64_t micro = c->batch / (c->accumulate * tr.world), n = tr.n;
     const int32_t *vocab = NULL;
     int64_t nvocab = 0;
-    if (c->model.type == MR_MODEL_GPT && c->train_text) MR_TRY(mr_data_text_vocab(tr.train.ds, &vocab, &nvocab));
+    if (mr_model_task(&c->model) == MR_TASK_LM && c->train_text) MR_TRY(mr_data_text_vocab(tr.train.ds, &vocab, &nvocab));
     mr_step *s = NULL;
     MR_TRY(mr_steps_get(tr.steps, micro, 1, &s));
     char rpath[4096];
@@ -783,7 +778,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
             t_data = t_fwd = t_bwd = t_opt = t_comm = tr.loss_sum = 0;
             tr.interval = timed = 0;
         }
-        const int have_eval = c->model.type == MR_MODEL_GPT ? (c->eval_tokens || c->eval_text) : c->eval_images != NULL;
+        const int have_eval = mr_model_task(&c->model) == MR_TASK_LM ? (c->eval_tokens || c->eval_text) : c->eval_images != NULL;
         if (have_eval && ((c->eval_every > 0 && tr.step % c->eval_every == 0) || last)) {
             eval_out ev;
             MR_TRY(evaluate(c, tr.steps, &tr.dv, micro, comm, &ev));
@@ -791,7 +786,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
             res->eval_accuracy = ev.accuracy;
             res->eval_perplexity = ev.perplexity;
             if (metrics) {
-                if (c->model.type == MR_MODEL_GPT)
+                if (mr_model_task(&c->model) == MR_TASK_LM)
                     fprintf(metrics, "{\"step\": %lld, \"time\": %.3f, \"eval_loss\": %.6f, \"eval_perplexity\": %.4f}\n",
                             (long long)tr.step, now_s() - tr.time_origin, ev.loss, ev.perplexity);
                 else
@@ -801,7 +796,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
             }
             if (!c->quiet) {
                 mr_log_progress_end();
-                if (c->model.type == MR_MODEL_GPT)
+                if (mr_model_task(&c->model) == MR_TASK_LM)
                     printf("eval at step %lld: loss %.4f  perplexity %.3f\n", (long long)tr.step,
                            ev.loss, ev.perplexity);
                 else
@@ -828,7 +823,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
     }
     if (resume && res->resumed_from == c->steps) {
         /* the checkpoint is the end of this run: nothing to train; report its evaluation */
-        const int have_eval = c->model.type == MR_MODEL_GPT ? (c->eval_tokens || c->eval_text) : c->eval_images != NULL;
+        const int have_eval = mr_model_task(&c->model) == MR_TASK_LM ? (c->eval_tokens || c->eval_text) : c->eval_images != NULL;
         if (!c->quiet)
             mr_log_info("%s is already at train.steps (%lld): nothing to train (raise train.steps to go on, or set "
                         "checkpoint.resume: never to start over)", rpath, (long long)c->steps);
@@ -948,7 +943,7 @@ mr_status mr_evaluate_checkpoint(const mr_train_cfg *cfg, const char *checkpoint
     res->eval_loss = res->eval_accuracy = res->eval_perplexity = NAN;
     MR_TRY(trainer_init(&tr, cfg, 0, NULL));
     const mr_train_cfg *c = &tr.c;
-    MR_CHECK(c->model.type == MR_MODEL_GPT ? (c->eval_tokens || c->eval_text) : c->eval_images != NULL,
+    MR_CHECK(mr_model_task(&c->model) == MR_TASK_LM ? (c->eval_tokens || c->eval_text) : c->eval_images != NULL,
              MR_ERR_INVALID, "data.eval: the config has no evaluation data");
     mr_ckpt_reader *r = NULL;
     int foreign = mr_ckpt_open(checkpoint, 0, &r) != MR_OK;

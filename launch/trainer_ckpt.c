@@ -19,7 +19,6 @@
 #endif
 
 static const char *const OPTIM_NAMES[] = {"sgd", "adam", "adamw"};
-static const char *const MODEL_NAMES[] = {"mlp", "cnn", "gpt"};
 
 static const char *compute_name(mr_dtype dt) {
     return dt == MR_BF16 ? "mixed_bfloat16" : dt == MR_F16 ? "mixed_float16" : "float32";
@@ -79,7 +78,7 @@ mr_status tr_ckpt_save(trainer *t, const char *path) {
     MR_TRY(mr_ckpt_writer_attr_f64(w, "epoch", t->train_size > 0 ? (double)(t->step * c->batch) / (double)t->train_size : 0.0));
     MR_TRY(mr_ckpt_writer_attr_str(w, "mirror_version", MIRROR_VERSION));
     MR_TRY(mr_ckpt_writer_attr_i64(w, "world_size", t->world));
-    MR_TRY(mr_ckpt_writer_attr_str(w, "model", MODEL_NAMES[c->model.type]));
+    MR_TRY(mr_ckpt_writer_attr_str(w, "model", mr_model_type_name(c->model.type)));
     MR_TRY(mr_ckpt_writer_attr_str(w, "precision", compute_name(c->compute)));
     MR_TRY(mr_ckpt_writer_attr_str(w, "config", c->config_text ? c->config_text : ""));
     MR_TRY(mr_ckpt_writer_attr_i64(w, "train.batch", c->batch));
