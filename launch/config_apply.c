@@ -60,6 +60,10 @@ int mr_cfg_unused(const mr_experiment *e, const field *f, char *why, size_t cap)
             snprintf(why, cap, "(evaluation reads its data in order)");
             return 1;
         }
+        if (!train && !strcmp(leaf, "token_bytes")) { /* the evaluation source is of the training kind */
+            snprintf(why, cap, "(evaluation tokens are read with data.train.token_bytes)");
+            return 1;
+        }
         if (d->source == MR_SRC_NONE) {
             snprintf(why, cap, "with %s none", sel);
             return 1;
