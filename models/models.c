@@ -219,6 +219,14 @@ mr_status mr_model_layers(const mr_model_cfg *c, mr_layer_graph *out) {
     return MR_OK;
 }
 
+int mr_model_uses_sync(const mr_model_cfg *c) {
+    if (c->type != MR_MODEL_GRAPH) return 0;
+    for (int32_t i = 0; i < c->graph.n; i++)
+        if ((c->graph.l[i].kind == MR_LAYER_BATCHNORM1D || c->graph.l[i].kind == MR_LAYER_BATCHNORM2D) && c->graph.l[i].sync)
+            return 1;
+    return 0;
+}
+
 mr_status mr_model_build(mr_nn *nn, const mr_model_cfg *cfg, int64_t batch, mr_model_io *io) {
     memset(io, 0, sizeof *io);
     mr_status st = check_cfg(cfg, batch);

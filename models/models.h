@@ -52,6 +52,9 @@ mr_dtype mr_model_input_dtype(const mr_model_cfg *c);
  * the key with a HINT giving the data's shape; a language model's vocabulary (vocab > 0 replaces
  * model.vocab: a text's characters). */
 mr_status mr_model_fit_data(mr_model_cfg *c, mr_shape sample, int64_t vocab) MR_WUR;
+/* Non-zero when the model has a batch norm with sync: true (its statistics summed over the replicas:
+ * the trainer gives its steps the replicas' hook, autodiff/steps.h mr_steps_set_sync). */
+int mr_model_uses_sync(const mr_model_cfg *c);
 /* The layer graph a model is: the graph itself, or the shorthand's expansion (same parameter
  * names as ever, so older checkpoints load). MR_ERR_INVALID for a bad shorthand config. */
 mr_status mr_model_layers(const mr_model_cfg *c, mr_layer_graph *out) MR_WUR;
