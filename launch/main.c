@@ -483,6 +483,12 @@ static int cmd_inspect(int argc, char **argv) {
         goto done;
     }
     printf("  total %lld values\n", (long long)total);
+    int64_t btotal = 0;
+    printf("buffers (batch norm's running statistics):\n");
+    if (print_group(rd, "buffers", &btotal) != MR_OK) {
+        code = fail(EXIT_RUNTIME, "the file is damaged: resume falls back to the checkpoint before it");
+        goto done;
+    }
     int64_t ototal = 0;
     printf("optimizer state:\n");
     if (print_group(rd, "optimizer", &ototal) != MR_OK) {
