@@ -1,13 +1,13 @@
-/* Private to the trainer (trainer.c, trainer_ckpt.c): the state of one training run, which is
+/* Private to the trainer (train.c, train_ckpt.c, train_device.c, train_dist.c): the state of one training run, which is
  * exactly what a checkpoint saves and a resume restores. */
-#ifndef MR_TRAINER_IMPL_H
-#define MR_TRAINER_IMPL_H
+#ifndef MR_TRAIN_IMPL_H
+#define MR_TRAIN_IMPL_H
 
 #include <stdio.h>
 #include "autodiff/steps.h"
 #include "data/data.h"
 #include "distribute/comm.h"
-#include "launch/trainer.h"
+#include "train/train.h"
 
 typedef struct tr_pipeline {
     mr_dataset *ds;
@@ -74,7 +74,7 @@ typedef struct trainer {
     tr_device dv;           /* the device path (dv.on) */
 } trainer;
 
-/* ---- the device path (trainer_device.c) ---- */
+/* ---- the device path (train_device.c) ---- */
 /* Sets up t->dv for c->device_kind / c->device_path: picks the GPU, makes the stream, allocates
  * the parameter, gradient and scale buffers, points the steps at them (before any compilation;
  * the registry must be registered and allocated) and makes the device optimizer (with_optim).
@@ -134,7 +134,7 @@ typedef struct bucket {
 } bucket;
 
 /* Buckets of at most cap_bytes over consecutive parameters, last parameter first, sorted by when
- * their gradients are final in `plan` (trainer_dist.c; the first is kept to 1 MB, DDP's rule). */
+ * their gradients are final in `plan` (train_dist.c; the first is kept to 1 MB, DDP's rule). */
 mr_status mr_train_make_buckets(const mr_params *ps, const mr_plan *plan, const float *grads, double cap_bytes,
                                 bucket **out, int *nb);
 

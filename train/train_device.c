@@ -1,4 +1,4 @@
-/* The trainer's device path (trainer_impl.h): one replica's parameters, gradients, optimizer
+/* The trainer's device path (train_impl.h): one replica's parameters, gradients, optimizer
  * state and batches on a device, with the registry's host buffers as the shadow copy that
  * checkpoints read and write.
  *
@@ -12,7 +12,7 @@
  * replica's stream. The loss is read back once a step (the trainer's decisions, skip or clip,
  * are made on the host), which synchronises the stream; the next batch's staging copy runs on the
  * host while nothing is queued, so there is no copy/compute overlap yet: see the note on issue 8. */
-#include "launch/trainer_impl.h"
+#include "train/train_impl.h"
 #include "core/log.h"
 #include "core/vec.h"
 

@@ -1,6 +1,6 @@
-/* The training loop (see trainer.h): pipelines, compiled steps, loss scaling, the optimizer,
- * evaluation, metrics and checkpoints (their contents: trainer_ckpt.c). */
-#include "launch/trainer_impl.h"
+/* The training loop (see train.h): pipelines, compiled steps, loss scaling, the optimizer,
+ * evaluation, metrics and checkpoints (their contents: train_ckpt.c). */
+#include "train/train_impl.h"
 #include "core/vec.h"
 #include "checkpoint/ckpt.h"
 #include "core/log.h"

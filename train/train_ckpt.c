@@ -6,7 +6,7 @@
  *   attributes: step, epoch, optimizer.* (type, hyperparameters, steps), loss_scale.*, rng.*,
  *   metrics.* (the open log interval), train.batch/accumulate, world_size, mirror_version,
  *   model, precision, config (the experiment's YAML). */
-#include "launch/trainer_impl.h"
+#include "train/train_impl.h"
 #include "checkpoint/ckpt.h"
 #include "core/log.h"
 

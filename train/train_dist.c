@@ -1,9 +1,9 @@
 /* The trainer's replicas (MirroredStrategy over distribute/comm.h): the start of a run with
  * several replicas — one set of parameters and optimizer state for all, and a handshake that
  * catches a rank launched with another config, model or mirror build before any step runs. The
- * per-step all-reduce lives in the loop (trainer.c), the checkpoint's per-replica data state in
- * trainer_ckpt.c. */
-#include "launch/trainer_impl.h"
+ * per-step all-reduce lives in the loop (train.c), the checkpoint's per-replica data state in
+ * train_ckpt.c. */
+#include "train/train_impl.h"
 #include "core/log.h"
 
 #include <math.h>
