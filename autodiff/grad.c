@@ -274,6 +274,14 @@ static void rule_maxpool(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
     acc(c, nd->in[0], dx);
 }
 
+/* AVGPOOL2D: (dy) -> dx; the forward's values are not needed. */
+static void rule_avgpool(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
+    mr_val dx;
+    int want = 1;
+    bwd_node(c, MR_OP_AVGPOOL2D_BWD, &dy, 1, &nd->p, nd->in, &want, 1, &dx);
+    acc(c, nd->in[0], dx);
+}
+
 /* DROPOUT: DROPOUT_BWD with the same params recomputes the mask: (dy) -> dx. */
 static void rule_dropout(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
     mr_val dx;
@@ -421,10 +429,12 @@ static void backward_node(grad_ctx *c, int32_t ni) {
     case MR_OP_EMBEDDING: rule_embedding(c, &nd, dy); break;
     case MR_OP_CONV2D: rule_conv2d(c, &nd, dy); break;
     case MR_OP_MAXPOOL2D: rule_maxpool(c, &nd, dy); break;
+    case MR_OP_AVGPOOL2D: rule_avgpool(c, &nd, dy); break;
     case MR_OP_DROPOUT: rule_dropout(c, &nd, dy); break;
     case MR_OP_PERMUTE: rule_permute(c, &nd, dy); break;
     case MR_OP_CAST: rule_cast(c, &nd, dy); break;
     case MR_OP_CONCAT: rule_concat(c, &nd, dy); break;
+    case MR_OP_HOOK: acc(c, nd.in[0], mr_graph_hook(c->g, dy, nd.p.hook.h)); break; /* self-adjoint */
     default:
         mr_graph_fail(c->g, MR_ERR_INVALID,
                       "mr_graph_grad: op %s (node %d) lies on the path from the params to the loss but has no "

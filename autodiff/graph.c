@@ -452,6 +452,23 @@ mr_val mr_graph_maxpool2d(mr_graph *g, mr_val x, int kernel, int stride, int pad
     return out[0];
 }
 
+mr_val mr_graph_avgpool2d(mr_graph *g, mr_val x, int kernel, int stride, int pad) {
+    if (!ok_val(g, x, "avgpool2d", "x")) return MR_VAL_NONE;
+    mr_shape sx = g->vals[x.id].shape;
+    if (sx.ndim != 4 || stride <= 0) {
+        char b1[128];
+        mr_graph_fail(g, MR_ERR_INVALID, "graph: avgpool2d: x %s must be (N,C,H,W) and stride %d > 0",
+                      mr_shape_str(&sx, b1, 128), stride);
+        return MR_VAL_NONE;
+    }
+    mr_shape sy = mr_shape_4d(sx.dim[0], sx.dim[1], (sx.dim[2] + 2 * pad - kernel) / stride + 1,
+                              (sx.dim[3] + 2 * pad - kernel) / stride + 1);
+    mr_op_params p;
+    memset(&p, 0, sizeof p);
+    p.pool = (mr_pool_params){kernel, kernel, stride, stride, pad, pad};
+    return node1(g, MR_OP_AVGPOOL2D, &x, 1, &p, g->vals[x.id].dtype, sy);
+}
+
 mr_val mr_graph_dropout(mr_graph *g, mr_val x, double prob, uint64_t seed, uint64_t offset) {
     if (!ok_val(g, x, "dropout", "x")) return MR_VAL_NONE;
     mr_op_params p;
@@ -479,6 +496,14 @@ mr_val mr_graph_permute(mr_graph *g, mr_val x, const int *perm) {
 mr_val mr_graph_cast(mr_graph *g, mr_val x, mr_dtype dt) {
     if (!ok_val(g, x, "cast", "x")) return MR_VAL_NONE;
     return node1(g, MR_OP_CAST, &x, 1, NULL, dt, g->vals[x.id].shape);
+}
+
+mr_val mr_graph_hook(mr_graph *g, mr_val x, const mr_hook *hook) {
+    if (!ok_val(g, x, "hook", "x")) return MR_VAL_NONE;
+    mr_op_params p;
+    memset(&p, 0, sizeof p);
+    p.hook.h = hook;
+    return node1(g, MR_OP_HOOK, &x, 1, &p, g->vals[x.id].dtype, g->vals[x.id].shape);
 }
 
 mr_val mr_graph_slice(mr_graph *g, mr_val x, int64_t offset, mr_shape shape) {

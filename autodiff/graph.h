@@ -121,10 +121,16 @@ mr_val mr_graph_embedding(mr_graph *g, mr_val table, mr_val ids);
 /* bias may be MR_VAL_NONE. */
 mr_val mr_graph_conv2d(mr_graph *g, mr_val x, mr_val w, mr_val bias, int stride, int pad);
 mr_val mr_graph_maxpool2d(mr_graph *g, mr_val x, int kernel, int stride, int pad);
+/* torch.nn.AvgPool2d(kernel, stride, pad) (count_include_pad=True, ceil_mode=False): padding
+ * counts as zeros in every window's mean over kernel*kernel. */
+mr_val mr_graph_avgpool2d(mr_graph *g, mr_val x, int kernel, int stride, int pad);
 /* Inverted dropout; seed and offset pick the mask (the trainer advances offset each step). */
 mr_val mr_graph_dropout(mr_graph *g, mr_val x, double p, uint64_t seed, uint64_t offset);
 mr_val mr_graph_permute(mr_graph *g, mr_val x, const int *perm);
 mr_val mr_graph_cast(mr_graph *g, mr_val x, mr_dtype dt);
+/* y = hook(x) (core/ops.h MR_OP_HOOK; hook is borrowed for the graph's and its plans' lives): a
+ * collective inside a graph. Its gradient is the same hook applied to dy. */
+mr_val mr_graph_hook(mr_graph *g, mr_val x, const mr_hook *hook);
 /* Same bytes, another shape of the same numel. */
 mr_val mr_graph_reshape(mr_graph *g, mr_val x, mr_shape shape);
 /* A view of x's elements [offset, offset + numel(shape)) with `shape` (x is contiguous, so a

@@ -21,20 +21,31 @@ struct mr_params {
     int32_t n, cap;
     float *data, *grad;
     int64_t buf_numel;
+    mr_params *bufs; /* the buffers' registry (NULL inside it) */
 };
 
 mr_status mr_params_new(mr_params **out) {
-    *out = calloc(1, sizeof **out);
-    return *out ? MR_OK : mr_set_error(MR_ERR_NOMEM, "params: out of memory");
+    mr_params *ps = calloc(1, sizeof *ps);
+    if (ps) ps->bufs = calloc(1, sizeof *ps->bufs);
+    if (!ps || !ps->bufs) {
+        free(ps);
+        *out = NULL;
+        return mr_set_error(MR_ERR_NOMEM, "params: out of memory");
+    }
+    *out = ps;
+    return MR_OK;
 }
 
 void mr_params_free(mr_params *ps) {
     if (!ps) return;
+    mr_params_free(ps->bufs);
     free(ps->e);
     free(ps->data);
     free(ps->grad);
     free(ps);
 }
+
+mr_params *mr_params_bufs(const mr_params *ps) { return ps->bufs; }
 
 int32_t mr_params_find(const mr_params *ps, const char *name) {
     for (int32_t i = 0; i < ps->n; i++)
@@ -73,6 +84,10 @@ mr_status mr_params_add(mr_params *ps, const char *name, mr_shape shape, mr_init
 
 mr_status mr_params_alloc(mr_params *ps) {
     if (ps->data) return MR_OK;
+    if (ps->bufs) {
+        mr_status st = mr_params_alloc(ps->bufs);
+        if (st != MR_OK) return st;
+    }
     size_t bytes = (size_t)(ps->buf_numel ? ps->buf_numel : 16) * sizeof(float);
     ps->data = aligned_alloc(64, bytes);
     ps->grad = aligned_alloc(64, bytes);
@@ -91,6 +106,10 @@ int mr_params_allocated(const mr_params *ps) { return ps->data != NULL; }
 
 mr_status mr_params_init(mr_params *ps, uint64_t seed) {
     if (!ps->data) return mr_set_error(MR_ERR_INVALID, "params: mr_params_init before mr_params_alloc");
+    if (ps->bufs) {
+        mr_status st = mr_params_init(ps->bufs, seed);
+        if (st != MR_OK) return st;
+    }
     for (int32_t i = 0; i < ps->n; i++) {
         param_entry *p = &ps->e[i];
         float *d = ps->data + p->offset;
@@ -175,6 +194,70 @@ mr_val mr_nn_param(mr_nn *nn, const char *name, mr_shape shape, mr_init_kind ini
     return mr_graph_param(g, full, nn->dtype, shape);
 }
 
+mr_val mr_nn_buffer(mr_nn *nn, const char *name, mr_shape shape, mr_init_kind init) {
+    mr_graph *g = nn->g;
+    if (g->err != MR_OK) return MR_VAL_NONE;
+    char full[MR_NAME_MAX * 2];
+    snprintf(full, sizeof full, "%s%s", nn->prefix, name);
+    if (strlen(full) >= MR_NAME_MAX) {
+        mr_graph_fail(g, MR_ERR_INVALID, "nn: buffer name '%s' is too long", full);
+        return MR_VAL_NONE;
+    }
+    mr_params *bufs = mr_params_bufs(nn->ps);
+    if (mr_params_find(nn->ps, full) >= 0) {
+        mr_graph_fail(g, MR_ERR_INVALID, "nn: '%s' names a parameter, not a buffer", full);
+        return MR_VAL_NONE;
+    }
+    int32_t i = mr_params_find(bufs, full);
+    if (i < 0) {
+        if (mr_params_add(bufs, full, shape, init, 0, &i) != MR_OK) {
+            mr_graph_fail(g, MR_ERR_INVALID, "nn: %s", mr_last_error());
+            return MR_VAL_NONE;
+        }
+    } else {
+        mr_shape have = mr_params_shape(bufs, i);
+        if (!mr_shape_eq(&have, &shape)) {
+            char b1[128], b2[128];
+            mr_graph_fail(g, MR_ERR_INVALID, "nn: buffer '%s' is %s here but %s in the model", full,
+                          mr_shape_str(&shape, b1, 128), mr_shape_str(&have, b2, 128));
+            return MR_VAL_NONE;
+        }
+    }
+    mr_val v = mr_graph_find(g, full);
+    if (v.id) {
+        if (mr_graph_kind(g, v) != MR_VAL_INPUT) {
+            mr_graph_fail(g, MR_ERR_INVALID, "nn: '%s' names a parameter, not a buffer", full);
+            return MR_VAL_NONE;
+        }
+        return v;
+    }
+    return mr_graph_input(g, full, nn->dtype, shape);
+}
+
+void mr_nn_buffer_update(mr_nn *nn, mr_val buf, mr_val value) {
+    mr_graph *g = nn->g;
+    if (g->err != MR_OK) return;
+    if (nn->n_updates == MR_NN_MAX_UPDATES) {
+        mr_graph_fail(g, MR_ERR_INVALID, "nn: more than %d buffer updates in one graph", MR_NN_MAX_UPDATES);
+        return;
+    }
+    mr_shape sb = mr_graph_shape(g, buf), sv = mr_graph_shape(g, value);
+    if (mr_graph_kind(g, buf) != MR_VAL_INPUT || mr_graph_kind(g, value) != MR_VAL_NODE || !mr_shape_eq(&sb, &sv) ||
+        mr_graph_dtype(g, value) != mr_graph_dtype(g, buf)) {
+        mr_graph_fail(g, MR_ERR_INVALID, "nn: the update of buffer '%s' must be a node output of its dtype and shape",
+                      mr_graph_name(g, buf));
+        return;
+    }
+    for (int i = 0; i < nn->n_updates; i++)
+        if (nn->upd_buf[i].id == buf.id) {
+            mr_graph_fail(g, MR_ERR_INVALID, "nn: buffer '%s' is updated twice in one graph (a layer used twice?)",
+                          mr_graph_name(g, buf));
+            return;
+        }
+    nn->upd_buf[nn->n_updates] = buf;
+    nn->upd_val[nn->n_updates++] = value;
+}
+
 static int64_t last_dim(const mr_graph *g, mr_val x) {
     mr_shape s = mr_graph_shape(g, x);
     return s.ndim ? s.dim[s.ndim - 1] : 1;
@@ -220,7 +303,7 @@ mr_val mr_nn_linear(mr_nn *nn, const char *name, mr_val x, int64_t out, int bias
     return mr_nn_linear_init(nn, name, x, out, bias, MR_INIT_FAN_IN, in, MR_INIT_FAN_IN, in);
 }
 
-mr_val mr_nn_conv2d(mr_nn *nn, const char *name, mr_val x, int64_t out, int k, int stride, int pad) {
+mr_val mr_nn_conv2d(mr_nn *nn, const char *name, mr_val x, int64_t out, int k, int stride, int pad, int bias) {
     if (nn->g->err != MR_OK) return MR_VAL_NONE;
     mr_shape sx = mr_graph_shape(nn->g, x);
     int64_t in = sx.ndim == 4 ? sx.dim[1] : 0;
@@ -228,8 +311,11 @@ mr_val mr_nn_conv2d(mr_nn *nn, const char *name, mr_val x, int64_t out, int k, i
     char pn[MR_NAME_MAX];
     snprintf(pn, sizeof pn, "%s.weight", name);
     mr_val w = mr_nn_param(nn, pn, mr_shape_4d(out, in, k, k), MR_INIT_FAN_IN, fan_in);
-    snprintf(pn, sizeof pn, "%s.bias", name);
-    mr_val b = mr_nn_param(nn, pn, mr_shape_1d(out), MR_INIT_FAN_IN, fan_in);
+    mr_val b = MR_VAL_NONE;
+    if (bias) {
+        snprintf(pn, sizeof pn, "%s.bias", name);
+        b = mr_nn_param(nn, pn, mr_shape_1d(out), MR_INIT_FAN_IN, fan_in);
+    }
     return mr_graph_conv2d(nn->g, x, w, b, stride, pad);
 }
 
@@ -291,4 +377,75 @@ mr_val mr_nn_causal_attention(mr_nn *nn, const char *name, mr_val x, int heads) 
 mr_val mr_nn_xent_mean(mr_nn *nn, mr_val logits, mr_val labels) {
     mr_val l = mr_graph_softmax_xent(nn->g, logits, labels, -100);
     return mr_graph_mean(nn->g, l, 1);
+}
+
+/* A [C] vector as (1, C, 1, ...) for broadcasting against x of rank `ndim`. */
+static mr_val channel_view(mr_graph *g, mr_val v, int ndim) {
+    mr_shape s = mr_graph_shape(g, v);
+    int64_t dims[MR_MAX_DIMS];
+    for (int i = 0; i < ndim; i++) dims[i] = 1;
+    dims[1] = mr_shape_numel(&s);
+    return mr_graph_reshape(g, v, mr_shape_make(ndim, dims));
+}
+
+/* The mean of x over `axes`, over the global batch when nn->sync is set: each replica's sum,
+ * summed over the replicas by the hook, divided by the global count. */
+static mr_val batch_mean(mr_nn *nn, mr_val x, uint32_t axes, int64_t count) {
+    if (!nn->sync) return mr_graph_mean(nn->g, x, axes);
+    mr_val sum = mr_graph_hook(nn->g, mr_graph_sum(nn->g, x, axes), nn->sync);
+    return mr_graph_scale(nn->g, sum, 1.0 / ((double)count * (double)nn->sync->replicas));
+}
+
+mr_val mr_nn_batchnorm(mr_nn *nn, const char *name, mr_val x, double momentum, double eps, int affine) {
+    mr_graph *g = nn->g;
+    if (g->err != MR_OK) return MR_VAL_NONE;
+    mr_shape s = mr_graph_shape(g, x);
+    if (s.ndim < 2 || s.ndim > 4) {
+        char b[128];
+        mr_graph_fail(g, MR_ERR_INVALID, "nn: batchnorm '%s': x %s must be (N,C), (N,C,L) or (N,C,H,W)", name,
+                      mr_shape_str(&s, b, 128));
+        return MR_VAL_NONE;
+    }
+    const int64_t C = s.dim[1], count = mr_shape_numel(&s) / C;
+    uint32_t axes = 0;
+    for (int i = 0; i < s.ndim; i++)
+        if (i != 1) axes |= 1u << i;
+    char pn[MR_NAME_MAX];
+    snprintf(pn, sizeof pn, "%s.running_mean", name);
+    mr_val rm = mr_nn_buffer(nn, pn, mr_shape_1d(C), MR_INIT_ZEROS);
+    snprintf(pn, sizeof pn, "%s.running_var", name);
+    mr_val rv = mr_nn_buffer(nn, pn, mr_shape_1d(C), MR_INIT_ONES);
+    snprintf(pn, sizeof pn, "%s.num_batches_tracked", name);
+    mr_val nbt = mr_nn_buffer(nn, pn, mr_shape_make(0, NULL), MR_INIT_ZEROS);
+    mr_val xc, var;
+    if (nn->training) {
+        mr_val mean = batch_mean(nn, x, axes, count);   /* (1, C, 1, 1) */
+        xc = mr_graph_sub(g, x, mean);
+        var = batch_mean(nn, mr_graph_mul(g, xc, xc), axes, count); /* biased */
+        const double n = (double)count * (nn->sync ? (double)nn->sync->replicas : 1.0);
+        const double unbias = n > 1 ? n / (n - 1) : 1.0;
+        mr_val m1 = mr_graph_reshape(g, mean, mr_shape_1d(C)), v1 = mr_graph_reshape(g, var, mr_shape_1d(C));
+        mr_val rm_new = mr_graph_add(g, mr_graph_scale(g, rm, 1.0 - momentum), mr_graph_scale(g, m1, momentum));
+        mr_val rv_new =
+            mr_graph_add(g, mr_graph_scale(g, rv, 1.0 - momentum), mr_graph_scale(g, v1, momentum * unbias));
+        mr_val nbt_new = mr_graph_add(g, mr_graph_scale(g, nbt, 1.0),
+                                      mr_graph_fill(g, mr_graph_dtype(g, nbt), mr_shape_make(0, NULL), 1.0));
+        mr_nn_buffer_update(nn, rm, rm_new);
+        mr_nn_buffer_update(nn, rv, rv_new);
+        mr_nn_buffer_update(nn, nbt, nbt_new);
+    } else {
+        xc = mr_graph_sub(g, x, channel_view(g, rm, s.ndim));
+        var = channel_view(g, rv, s.ndim);
+    }
+    mr_val den = mr_graph_unary(g, MR_OP_SQRT, mr_graph_add(g, var, mr_graph_fill(g, mr_graph_dtype(g, var),
+                                                                                   mr_graph_shape(g, var), eps)));
+    mr_val y = mr_graph_div(g, xc, den);
+    if (affine) {
+        snprintf(pn, sizeof pn, "%s.weight", name);
+        mr_val w = mr_nn_param(nn, pn, mr_shape_1d(C), MR_INIT_ONES, 0);
+        snprintf(pn, sizeof pn, "%s.bias", name);
+        mr_val b = mr_nn_param(nn, pn, mr_shape_1d(C), MR_INIT_ZEROS, 0);
+        y = mr_graph_add(g, mr_graph_mul(g, y, channel_view(g, w, s.ndim)), channel_view(g, b, s.ndim));
+    }
+    return y;
 }

@@ -59,6 +59,17 @@ float *mr_params_grad_buffer(const mr_params *ps);
 int64_t mr_params_buffer_numel(const mr_params *ps);
 /* Sum of the parameters' element counts (no padding). */
 int64_t mr_params_total(const mr_params *ps);
+/* The model's buffers: state that is not trained (batch norm's running_mean, running_var and
+ * num_batches_tracked, PyTorch's names), kept in a registry of their own inside ps so that the
+ * optimizer, the gradient exchange and everything above that walks ps's parameters never sees
+ * them. It is an mr_params like any other (names, shapes, offsets, one contiguous f32 value
+ * buffer; its gradient buffer is unused), allocated and initialised with ps. Checkpoints hold it
+ * under /buffers/ (checkpoint/ckpt.h). Never NULL for a registry made by mr_params_new. */
+mr_params *mr_params_bufs(const mr_params *ps);
+
+#define MR_NN_MAX_UPDATES 512
+
+struct mr_hook;
 
 typedef struct mr_nn {
     mr_graph *g;
@@ -68,11 +79,27 @@ typedef struct mr_nn {
     int training;    /* dropout active */
     uint64_t dropout_seed, dropout_offset;
     char prefix[96]; /* "h.0." while building block 0 */
+    /* Buffer updates recorded by mr_nn_buffer_update while building a training graph: after a
+     * training run, buffer upd_buf[i] holds the value upd_val[i] (mr_steps binds both to the
+     * buffer's memory; the update is the last thing that touches it in a run). */
+    int n_updates;
+    mr_val upd_buf[MR_NN_MAX_UPDATES], upd_val[MR_NN_MAX_UPDATES];
+    /* When set, statistics of batch-normalisation layers are summed over the replicas through
+     * this hook (autodiff/graph.h mr_graph_hook; NULL: each replica normalises its own batch). */
+    const struct mr_hook *sync;
 } mr_nn;
 
 /* The graph param for registry parameter `name` (prefix added), creating the registry entry on
  * first use. MR_VAL_NONE with a graph error on a shape clash. */
 mr_val mr_nn_param(mr_nn *nn, const char *name, mr_shape shape, mr_init_kind init, double arg);
+
+/* A graph input for registry buffer `name` (prefix added), registering it in mr_params_bufs on
+ * first use (initialised by `init`, MR_INIT_ZEROS or MR_INIT_ONES). mr_steps binds it to the
+ * buffer's memory. */
+mr_val mr_nn_buffer(mr_nn *nn, const char *name, mr_shape shape, mr_init_kind init);
+/* Records that after a training run buffer value `buf` (from mr_nn_buffer) is to hold `value` (a
+ * node output of buf's dtype and shape computed from it). Graph error beyond MR_NN_MAX_UPDATES. */
+void mr_nn_buffer_update(mr_nn *nn, mr_val buf, mr_val value);
 
 /* y = x W^T + b; x (..., in) -> (..., out); W "name.weight" [out, in], b "name.bias" [out]. */
 mr_val mr_nn_linear(mr_nn *nn, const char *name, mr_val x, int64_t out, int bias);
@@ -83,8 +110,17 @@ mr_val mr_nn_linear_init(mr_nn *nn, const char *name, mr_val x, int64_t out, int
 /* gelu(x W^T + b), with bias and GELU fused into the GEMM's epilogue (GPT-2's mlp.c_fc). */
 mr_val mr_nn_linear_gelu_init(mr_nn *nn, const char *name, mr_val x, int64_t out, mr_init_kind winit, double warg,
                               mr_init_kind binit, double barg);
-/* NCHW conv, weight [out, in, k, k], bias [out]. */
-mr_val mr_nn_conv2d(mr_nn *nn, const char *name, mr_val x, int64_t out, int k, int stride, int pad);
+/* NCHW conv, weight [out, in, k, k], bias [out] when `bias`. */
+mr_val mr_nn_conv2d(mr_nn *nn, const char *name, mr_val x, int64_t out, int k, int stride, int pad, int bias);
+/* Batch normalisation over every dim but dim 1 (x (N, C), (N, C, L) or (N, C, H, W)), PyTorch's
+ * BatchNorm1d/2d: "name.weight" (ones) and "name.bias" (zeros) [C] when `affine`, buffers
+ * "name.running_mean" (zeros), "name.running_var" (ones) [C] and "name.num_batches_tracked" (a
+ * scalar, 0). Training (nn->training): normalises by the batch's mean and biased variance and
+ * updates the running estimates, r = (1 - momentum) r + momentum s with the unbiased variance;
+ * with nn->sync set the statistics are those of the global batch over every replica. Evaluation:
+ * normalises by the running estimates. Composed from the reduce and elementwise ops, so every
+ * backend and the gradient come with them. */
+mr_val mr_nn_batchnorm(mr_nn *nn, const char *name, mr_val x, double momentum, double eps, int affine);
 /* LayerNorm over the last dim: weight (ones) and bias (zeros) [D], eps 1e-5. */
 mr_val mr_nn_layernorm(mr_nn *nn, const char *name, mr_val x);
 /* Embedding "name.weight" [vocab, dim] ~ N(0, std^2); ids i32 (...) -> (..., dim). */

@@ -6,6 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define MR_TRY_BIND(v, mem)                                   \
+    do {                                                      \
+        mr_status bst_ = mr_plan_bind(step->plan, (v), (mem)); \
+        if (bst_ != MR_OK) return bst_;                       \
+    } while (0)
+
 struct mr_steps {
     mr_step_build_fn build;
     const void *ctx;
@@ -19,6 +25,7 @@ struct mr_steps {
     mr_device dev;
     mr_stream *stream;
     float *d_params, *d_grads, *d_loss_scale;
+    float *d_bufs; /* the buffers on the device (mr_steps_set_device_bufs); NULL: none set */
     mr_step **steps;
     int n, cap, compilations;
 };
@@ -72,6 +79,13 @@ mr_status mr_steps_set_device(mr_steps *s, mr_device dev, mr_stream *stream, flo
     return MR_OK;
 }
 
+mr_status mr_steps_set_device_bufs(mr_steps *s, float *d_bufs) {
+    if (s->n > 0) return mr_set_error(MR_ERR_INVALID, "steps: the device must be set before the first compilation");
+    if (!s->on_device) return mr_set_error(MR_ERR_INVALID, "steps: mr_steps_set_device_bufs after mr_steps_set_device");
+    s->d_bufs = d_bufs;
+    return MR_OK;
+}
+
 mr_status mr_steps_register(mr_steps *s, int64_t batch) {
     mr_status st = MR_OK;
     mr_step_io io;
@@ -105,6 +119,56 @@ static int computed(const mr_graph *g, mr_val v) {
                mr_shape_numel(&g->vals[v.id].shape) * (int64_t)mr_dtype_size(g->vals[v.id].dtype);
 }
 
+/* Where registry buffer k lives for s's plans: the host registry, or the device copy. */
+static void *buf_memory(const mr_steps *s, int32_t k) {
+    const mr_params *bufs = mr_params_bufs(s->ps);
+    return s->on_device ? (void *)(s->d_bufs + mr_params_offset(bufs, k)) : (void *)mr_params_data(bufs, k);
+}
+
+/* Non-zero when node j reads value id v, directly or through a view. */
+static int node_reads(const mr_graph *g, int32_t j, int32_t v) {
+    for (int i = 0; i < g->nodes[j].n_in; i++) {
+        int32_t id = g->nodes[j].in[i];
+        while (id && g->vals[id].kind == MR_VAL_VIEW) id = g->vals[id].base;
+        if (id == v) return 1;
+    }
+    return 0;
+}
+
+/* The buffer updates of a training build (mr_nn_buffer_update) write into the buffer's own
+ * memory, so nothing may read the buffer after the update's node starts. Checks it, and adds the
+ * updated values to keep. */
+static mr_status check_updates(const mr_nn *nn, mr_val *keep, int *nkeep) {
+    const mr_graph *g = nn->g;
+    for (int u = 0; u < nn->n_updates; u++) {
+        int32_t b = nn->upd_buf[u].id, p = g->vals[nn->upd_val[u].id].node;
+        for (int32_t j = p; j < g->nnodes; j++)
+            if (node_reads(g, j, b))
+                return mr_set_error(MR_ERR_INTERNAL, "steps: buffer '%s' is read after its update is computed",
+                                    g->vals[b].name);
+        keep[(*nkeep)++] = nn->upd_val[u];
+    }
+    return MR_OK;
+}
+
+/* Binds every buffer input of the step to its memory and, for training, every update to it too. */
+static mr_status bind_buffers(mr_steps *s, mr_step *step, const mr_nn *nn) {
+    const mr_params *bufs = mr_params_bufs(s->ps);
+    if (mr_params_count(bufs) == 0) return MR_OK;
+    if (s->on_device && !s->d_bufs)
+        return mr_set_error(MR_ERR_INVALID, "steps: the model has buffers; HINT: mr_steps_set_device_bufs");
+    for (int32_t k = 0; k < mr_params_count(bufs); k++) {
+        mr_val v = mr_graph_find(step->g, mr_params_name(bufs, k));
+        if (v.id && mr_graph_kind(step->g, v) == MR_VAL_INPUT) MR_TRY_BIND(v, buf_memory(s, k));
+    }
+    for (int u = 0; u < nn->n_updates; u++) {
+        int32_t k = mr_params_find(bufs, mr_graph_name(step->g, nn->upd_buf[u]));
+        if (k < 0) return mr_set_error(MR_ERR_INTERNAL, "steps: update of an unregistered buffer");
+        MR_TRY_BIND(nn->upd_val[u], buf_memory(s, k));
+    }
+    return MR_OK;
+}
+
 /* Builds, differentiates, plans and binds one step. */
 static mr_status compile(mr_steps *s, int64_t batch, int train, mr_step **out) {
     mr_status st = MR_OK;
@@ -128,13 +192,14 @@ static mr_status compile(mr_steps *s, int64_t batch, int train, mr_step **out) {
     int32_t np = mr_graph_num_params(step->g);
     pv = calloc((size_t)np + 1, sizeof *pv);
     gv = calloc((size_t)np + 1, sizeof *gv);
-    keep = calloc((size_t)np + 2, sizeof *keep);
+    keep = calloc((size_t)np + 2 + (size_t)nn.n_updates, sizeof *keep);
     MR_CHECK(pv && gv && keep, MR_ERR_NOMEM, "steps: out of memory");
     for (int32_t i = 0; i < np; i++) pv[i] = mr_graph_param_at(step->g, i);
     int nkeep = 0;
     step->n_forward = mr_graph_num_nodes(step->g); /* nodes are planned in creation order */
     keep[nkeep++] = step->io.loss;
     keep[nkeep++] = step->io.out;
+    if (train) MR_TRY(check_updates(&nn, keep, &nkeep));
     if (train) {
         /* differentiate loss * loss_scale: a bound scalar, so changing the scale never recompiles */
         step->io.loss_scale = mr_graph_input(step->g, "loss_scale", MR_F32, mr_graph_shape(step->g, step->io.loss));
@@ -163,6 +228,8 @@ static mr_status compile(mr_steps *s, int64_t batch, int train, mr_step **out) {
         if (train) MR_TRY(mr_plan_bind(step->plan, step->io.loss_scale, &step->loss_scale));
     }
     if (!mr_params_allocated(s->ps)) MR_TRY(mr_params_alloc(s->ps));
+    if (!train) nn.n_updates = 0; /* an evaluation leaves the buffers alone */
+    MR_TRY(bind_buffers(s, step, &nn));
     for (int32_t i = 0; i < np; i++) {
         int32_t k = mr_params_find(s->ps, mr_graph_name(step->g, pv[i]));
         MR_CHECK(k >= 0, MR_ERR_INTERNAL, "steps: parameter '%s' is not in the registry", mr_graph_name(step->g, pv[i]));

@@ -4,7 +4,8 @@
  *
  * A step is the model's forward (and, for training, its backward) for one batch size, planned
  * on a backend, with every parameter bound to the registry's value buffer and, for training,
- * every gradient written straight into the registry's gradient buffer. The caller binds the
+ * every gradient written straight into the registry's gradient buffer, every buffer
+ * (mr_params_bufs) bound to its memory and, in training, updated there by the step. The caller binds the
  * batch (mr_plan_bind on io.x and io.y) and runs the plan. */
 #ifndef MR_STEPS_H
 #define MR_STEPS_H
@@ -73,6 +74,11 @@ mr_status mr_steps_register(mr_steps *s, int64_t batch) MR_WUR;
  * without a GPU. MR_ERR_INVALID after a compilation or with a NULL buffer. */
 mr_status mr_steps_set_device(mr_steps *s, mr_device dev, mr_stream *stream, float *d_params, float *d_grads,
                               float *d_loss_scale) MR_WUR;
+
+/* The device copy of the registry's buffers (mr_params_bufs: batch norm's running statistics),
+ * laid out as the registry's, for a model that has any: after mr_steps_set_device, before the
+ * first compilation. Training steps update it in place; the caller copies it in and out. */
+mr_status mr_steps_set_device_bufs(mr_steps *s, float *d_bufs) MR_WUR;
 
 /* Later compilations let f32 GEMMs use TF32 on a GPU (mr_graph_set_allow_tf32). */
 void mr_steps_set_allow_tf32(mr_steps *s, int on);

@@ -8,6 +8,8 @@
  * (3x the forward matmul/conv FLOPs, as torch_bench.py counts them) as a fraction of the
  * measured peak, the planned activation arena, and the process's peak RSS.
  * Usage: bench_models [--models mlp,cnn,gpt] [--steps N] [--runs R] [--warmup W] [--bf16 | --f16]
+ *        bench_models --config EXPERIMENT.yaml [...]: the experiment's model at its train.batch
+ *        (any model.type; GFLOP/s only for the reference workloads)
  * MIRROR_PROFILE=1 adds a per-op time breakdown of the forward+backward graph. */
 #include <math.h>
 #include <stdio.h>
@@ -20,6 +22,7 @@
 #include "core/rng.h"
 #include "autodiff/steps.h"
 #include "bench_peak.h"
+#include "launch/config.h"
 #include "models/models.h"
 
 static double now_s(void) { return bench_now_s(); }
@@ -45,6 +48,7 @@ static double fwd_flops(const mr_model_cfg *c, int64_t batch) {
         double per_tok = L * 2 * (3 * d * d + d * d + 8 * d * d) + 2 * d * V + L * 2 * 2 * T * d;
         return per_tok * T * batch;
     }
+    case MR_MODEL_GRAPH: return 0; /* not counted */
     }
     return 0;
 }
@@ -67,8 +71,9 @@ static void run(const char *name, mr_model_cfg cfg, int64_t batch, int steps, in
     void *x = malloc((size_t)nx * 4);
     int32_t *y = malloc((size_t)ny * 4);
     mr_rng rng = mr_rng_init(7);
-    int64_t classes = cfg.type == MR_MODEL_GPT ? cfg.vocab : 10;
-    if (cfg.type == MR_MODEL_GPT) {
+    const int lm = mr_model_task(&cfg) == MR_TASK_LM;
+    int64_t classes = lm ? cfg.vocab : 10;
+    if (lm) {
         for (int64_t i = 0; i < nx; i++) ((int32_t *)x)[i] = (int32_t)(i * 7919 % classes);
     } else if (mr_rng_normal(&rng, x, nx, 0, 1) != MR_OK) {
         die("input");
@@ -79,7 +84,7 @@ static void run(const char *name, mr_model_cfg cfg, int64_t batch, int steps, in
     int64_t n = mr_params_buffer_numel(ps);
     float *m1 = calloc((size_t)n, 4), *m2 = calloc((size_t)n, 4);
     mr_op_args opt;
-    int adamw = cfg.type == MR_MODEL_GPT;
+    int adamw = lm;
     mr_op_args_init(&opt, adamw ? MR_OP_ADAMW_UPDATE : MR_OP_SGD_UPDATE);
     opt.in[0] = (mr_view){mr_params_buffer(ps), MR_F32, mr_shape_1d(n)};
     opt.in[1] = (mr_view){mr_params_grad_buffer(ps), MR_F32, mr_shape_1d(n)};
@@ -131,7 +136,7 @@ static void run(const char *name, mr_model_cfg cfg, int64_t batch, int steps, in
            name, (long long)batch, sps, 1e3 * batch / sps, gflops, 100.0 * gflops / g_peak, loss,
            mr_plan_arena_bytes(p) / 1048576.0, mr_plan_unshared_bytes(p) / 1048576.0, (long long)mr_params_total(ps),
            ru.ru_maxrss / 1024.0);
-    if (cfg.type == MR_MODEL_GPT) printf("%-4s = %.0f tokens/s\n", "", sps * (double)cfg.context);
+    if (lm) printf("%-4s = %.0f tokens/s\n", "", sps * (double)cfg.context);
     printf("%-4s   optimizer (%s over %lld floats): %.2f ms a step\n", "", adamw ? "AdamW" : "SGD momentum",
            (long long)n, 1e3 * opt_s / (double)(opt_calls ? opt_calls : 1));
     fflush(stdout);
@@ -145,7 +150,7 @@ static void run(const char *name, mr_model_cfg cfg, int64_t batch, int steps, in
 }
 
 int main(int argc, char **argv) {
-    const char *models = "mlp,cnn,gpt";
+    const char *models = "mlp,cnn,gpt", *config = NULL;
     int steps = 30, runs = 3, warmup = 5;
     for (int i = 1; i < argc; i += 2) {
         if (!strcmp(argv[i], "--bf16") || !strcmp(argv[i], "--f16")) {
@@ -158,6 +163,7 @@ int main(int argc, char **argv) {
             return 2;
         }
         if (!strcmp(argv[i], "--models")) models = argv[i + 1];
+        else if (!strcmp(argv[i], "--config")) config = argv[i + 1];
         else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--runs")) runs = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--warmup")) warmup = atoi(argv[i + 1]);
@@ -177,6 +183,13 @@ int main(int argc, char **argv) {
            g_compute == MR_BF16  ? "mixed_bfloat16 (linear layers in bf16)"
            : g_compute == MR_F16 ? "mixed_float16 (linear layers in f16, widened to f32 for the GEMM on this CPU)"
                                  : "float32");
+    if (config) {
+        mr_experiment e = mr_experiment_default();
+        if (mr_experiment_load(config, &e) != MR_OK) die(config);
+        run(mr_model_type_name(e.model.type), e.model, e.train.batch, steps, runs, warmup);
+        mr_experiment_deinit(&e);
+        return 0;
+    }
     if (strstr(models, "mlp")) run("mlp", mr_model_cfg_default(MR_MODEL_MLP), 256, steps, runs, warmup);
     if (strstr(models, "cnn")) run("cnn", mr_model_cfg_default(MR_MODEL_CNN), 128, steps, runs, warmup);
     if (strstr(models, "gpt")) run("gpt", mr_model_cfg_default(MR_MODEL_GPT), 32, steps, runs, warmup);

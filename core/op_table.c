@@ -67,6 +67,8 @@ static const mr_op_info g_ops[MR_OP_COUNT] = {
        mr_conv2d_bwd_filter_workspace, CUDA_FN(mr_conv2d_bwd_filter_cuda)),
     OP(MR_OP_MAXPOOL2D, "maxpool2d", 1, 2, MR_OP_NONE, maxpool2d_fwd, NULL, CUDA_FN(mr_maxpool2d_fwd_cuda)),
     OP(MR_OP_MAXPOOL2D_BWD, "maxpool2d_bwd", 2, 1, MR_OP_MAXPOOL2D, maxpool2d_bwd, NULL, CUDA_FN(mr_maxpool2d_bwd_cuda)),
+    OP(MR_OP_AVGPOOL2D, "avgpool2d", 1, 1, MR_OP_NONE, avgpool2d_fwd, NULL, CUDA_FN(mr_avgpool2d_fwd_cuda)),
+    OP(MR_OP_AVGPOOL2D_BWD, "avgpool2d_bwd", 1, 1, MR_OP_AVGPOOL2D, avgpool2d_bwd, NULL, CUDA_FN(mr_avgpool2d_bwd_cuda)),
     OP(MR_OP_DROPOUT, "dropout", 1, 1, MR_OP_NONE, dropout_fwd, NULL, CUDA_FN(mr_dropout_fwd_cuda)),
     OP(MR_OP_DROPOUT_BWD, "dropout_bwd", 1, 1, MR_OP_DROPOUT, dropout_fwd, NULL, CUDA_FN(mr_dropout_fwd_cuda)),
     OP(MR_OP_PERMUTE, "permute", 1, 1, MR_OP_NONE, permute_fwd, NULL, CUDA_FN(mr_permute_fwd_cuda)),
@@ -74,6 +76,8 @@ static const mr_op_info g_ops[MR_OP_COUNT] = {
     OP(MR_OP_CAST, "cast", 1, 1, MR_OP_NONE, cast_fwd, NULL, CUDA_FN(mr_cast_fwd_cuda)),
     OP(MR_OP_SGD_UPDATE, "sgd_update", 3, 0, MR_OP_NONE, sgd_update, NULL, CUDA_FN(mr_sgd_update_cuda)),
     OP(MR_OP_ADAMW_UPDATE, "adamw_update", 4, 0, MR_OP_NONE, adamw_update, NULL, CUDA_FN(mr_adamw_update_cuda)),
+    /* one host function for every backend: it enqueues GPU work on the args' stream itself */
+    OP(MR_OP_HOOK, "hook", 1, 1, MR_OP_NONE, hook, NULL, CUDA_FN(mr_hook_cpu)),
 };
 
 const mr_op_info *mr_op_get(mr_op_id op) {

@@ -91,6 +91,13 @@ typedef enum mr_op_id {
     MR_OP_MAXPOOL2D,
     /* in: argmax, dy; out: dx (shape from out[0].shape). */
     MR_OP_MAXPOOL2D_BWD,
+    /* Average pooling, NCHW, as torch.nn.AvgPool2d with count_include_pad=True, ceil_mode=False:
+     * padding counts as zeros and every window divides by kernel_h*kernel_w. in: x; out: y
+     * (N,C,OH,OW), OH = (H + 2*pad_h - kernel_h)/stride_h + 1. */
+    MR_OP_AVGPOOL2D,
+    /* in: dy; out: dx (shape from out[0].shape): each dy/(kernel_h*kernel_w) added to the
+     * elements of its window (padding dropped). */
+    MR_OP_AVGPOOL2D_BWD,
     /* Inverted dropout with a counter-based mask: element i is kept iff
      * philox_uniform(p.dropout.seed, p.dropout.offset, i) >= p.dropout.p; kept values are scaled
      * by 1/(1-p). in: x; out: y. The mask depends only on seed, offset and i. */
@@ -113,6 +120,12 @@ typedef enum mr_op_id {
     /* in: param (n), grad (n), exp_avg (n), exp_avg_sq (n), all updated in place but grad.
      * p.adamw.step is the 1-based step used for bias correction. */
     MR_OP_ADAMW_UPDATE,
+    /* A caller function as a node: in x; out y of x's dtype and shape; p.hook.h says what computes
+     * y from x (how a collective enters a graph: sync batch norm sums its statistics over the
+     * replicas). The same function runs on every backend, with the args' stream and device; a hook
+     * must be linear and self-adjoint (a sum over replicas is), so the gradient of y = h(x) is
+     * h(dy), another node of this op. */
+    MR_OP_HOOK,
     MR_OP_COUNT
 } mr_op_id;
 
@@ -154,6 +167,15 @@ typedef struct mr_adamw_params {
     int64_t step; /* >= 1 */
 } mr_adamw_params;
 
+/* What an MR_OP_HOOK node runs (borrowed: it must outlive every plan that runs it). */
+typedef struct mr_hook {
+    /* y := h(x) for numel elements of dtype dt, on the backend's stream of device `device`
+     * (NULL: default; a GPU hook enqueues its work there); x and y do not overlap. */
+    mr_status (*fn)(void *ctx, const void *x, void *y, int64_t numel, mr_dtype dt, mr_stream *stream, int device);
+    void *ctx;
+    int replicas; /* for batch norm: how many replicas the sum runs over (global count = local x replicas) */
+} mr_hook;
+
 typedef union mr_op_params {
     mr_gemm_params gemm;
     mr_reduce_params reduce;
@@ -167,6 +189,7 @@ typedef union mr_op_params {
     struct { int perm[MR_MAX_DIMS]; } permute;
     mr_sgd_params sgd;
     mr_adamw_params adamw;
+    struct { const mr_hook *h; } hook;
 } mr_op_params;
 
 typedef struct mr_op_args {

@@ -36,12 +36,15 @@ MR_DECLARE_KERNELS(conv2d_bwd_data)
 MR_DECLARE_KERNELS(conv2d_bwd_filter)
 MR_DECLARE_KERNELS(maxpool2d_fwd)      /* pool_{ref,cpu}.c */
 MR_DECLARE_KERNELS(maxpool2d_bwd)
+MR_DECLARE_KERNELS(avgpool2d_fwd)      /* pool_{ref,cpu}.c */
+MR_DECLARE_KERNELS(avgpool2d_bwd)
 MR_DECLARE_KERNELS(dropout_fwd)        /* DROPOUT and DROPOUT_BWD: dropout_{ref,cpu}.c */
 MR_DECLARE_KERNELS(permute_fwd)        /* permute_{ref,cpu}.c */
 MR_DECLARE_KERNELS(concat_fwd)         /* concat_{ref,cpu}.c */
 MR_DECLARE_KERNELS(cast_fwd)           /* cast_{ref,cpu}.c */
 MR_DECLARE_KERNELS(sgd_update)         /* optim_{ref,cpu}.c */
 MR_DECLARE_KERNELS(adamw_update)
+MR_DECLARE_KERNELS(hook)               /* hook_ref.c: one function for every backend */
 
 /* SOFTMAX_XENT(_BWD): rejects a label outside [0, C) that is not ignore_index, before any output
  * is written (softmax_ref.c; the CPU kernels use it too). The CUDA kernels cannot (the labels are

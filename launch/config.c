@@ -25,7 +25,7 @@ _Static_assert(sizeof(mr_optim_kind) == sizeof(int), "enum fields are written as
 
 /* ---- the key table ---------------------------------------------------------------------------- */
 
-static const char *const MODEL_TYPES[] = {"mlp", "cnn", "gpt", NULL};
+static const char *const MODEL_TYPES[] = {"mlp", "cnn", "gpt", "graph", NULL};
 static const char *const SOURCES[] = {"none", "idx", "tokens", "text", "hdf5", NULL};
 static const char *const OPTIMS[] = {"sgd", "adam", "adamw", NULL};
 static const char *const SCHEDS[] = {"constant", "step", "cosine", "linear", NULL};
@@ -135,7 +135,7 @@ static int is_section(const char *path) {
     return 0;
 }
 
-static int edit_distance(const char *a, const char *b) {
+int mr_cfg_edit_distance(const char *a, const char *b) {
     size_t la = strlen(a), lb = strlen(b);
     if (la > 63 || lb > 63) return 99;
     int d[64][64];
@@ -153,11 +153,11 @@ static int edit_distance(const char *a, const char *b) {
 
 /* Best candidate for `key`: considers `cand` itself and the aliases that point at it. */
 static void consider(const char *key, const char *cand, const char **best, int *best_d) {
-    int d = edit_distance(key, cand);
+    int d = mr_cfg_edit_distance(key, cand);
     if (d < *best_d) { *best_d = d; *best = cand; }
     for (size_t a = 0; a < sizeof ALIASES / sizeof ALIASES[0]; a++)
         if (!strcmp(ALIASES[a][1], cand)) {
-            d = edit_distance(key, ALIASES[a][0]);
+            d = mr_cfg_edit_distance(key, ALIASES[a][0]);
             if (d < *best_d) { *best_d = d; *best = cand; }
         }
 }
@@ -216,8 +216,7 @@ static pos at_mark(const char *name, yaml_mark_t m) { return (pos){name, (int)m.
 
 /* The message is "<name>:<line>:<col>: ..." ("--set:<col>: ..." without a line; "<name>: ..."
  * when col is 0: no position known); the C position (file, line) goes apart (mr_last_error_where). */
-static mr_status perr_at(const char *file, int line, mr_status s, pos p, const char *fmt, ...) MR_PRINTF(5, 6);
-static mr_status perr_at(const char *file, int line, mr_status s, pos p, const char *fmt, ...) {
+mr_status mr_cfg_perr_at(const char *file, int line, mr_status s, pos p, const char *fmt, ...) {
     char msg[768];
     va_list ap;
     va_start(ap, fmt);
@@ -229,7 +228,6 @@ static mr_status perr_at(const char *file, int line, mr_status s, pos p, const c
     if (p.col > 0) return mr_set_error_at(s, file, line, "%s:%d: %s", base, p.col, msg);
     return mr_set_error_at(s, file, line, "%s: %s", base, msg);
 }
-#define perr(...) perr_at(__FILE__, __LINE__, __VA_ARGS__) /* (status, pos, fmt, ...) */
 
 /* An F_FILE value must name an existing file (when set); an F_RESUME value is auto, never or one. */
 static mr_status file_check(const field *f, const char *s, pos p) {
@@ -243,7 +241,7 @@ static mr_status file_check(const field *f, const char *s, pos p) {
 
 /* ---- scalar setters (shared by YAML, --set and sweeps) ----------------------------------------- */
 
-static int parse_i64(const char *s, int64_t *v) {
+int mr_cfg_parse_i64(const char *s, int64_t *v) {
     if (!*s || isspace((unsigned char)*s)) return 0;
     errno = 0;
     char *end;
@@ -253,7 +251,7 @@ static int parse_i64(const char *s, int64_t *v) {
     return 1;
 }
 
-static int parse_f64(const char *s, double *v) {
+int mr_cfg_parse_f64(const char *s, double *v) {
     if (!*s || isspace((unsigned char)*s)) return 0;
     char *end;
     double x = strtod(s, &end);
@@ -262,7 +260,7 @@ static int parse_f64(const char *s, double *v) {
     return 1;
 }
 
-static int parse_bool(const char *s, int *v) {
+int mr_cfg_parse_bool(const char *s, int *v) {
     static const char *const T[] = {"true", "True", "TRUE", "yes", "on"}, *const F[] = {"false", "False", "FALSE", "no", "off"};
     for (int i = 0; i < 5; i++) {
         if (!strcmp(s, T[i])) { *v = 1; return 1; }
@@ -284,7 +282,7 @@ mr_status mr_cfg_set_scalar(mr_experiment *e, const field *f, const char *s, pos
     switch (f->k) {
     case K_INT: {
         int64_t v;
-        if (!parse_i64(s, &v)) return perr(MR_ERR_INVALID, p, "%s: expected an integer, got '%s'", f->path, s);
+        if (!mr_cfg_parse_i64(s, &v)) return perr(MR_ERR_INVALID, p, "%s: expected an integer, got '%s'", f->path, s);
         mr_status st = range_check(f, (double)v, p, s);
         if (st) return st;
         if (strstr(f->path, "token_bytes") && v != 2 && v != 4)
@@ -294,7 +292,7 @@ mr_status mr_cfg_set_scalar(mr_experiment *e, const field *f, const char *s, pos
     }
     case K_NUM: {
         double v;
-        if (!parse_f64(s, &v)) return perr(MR_ERR_INVALID, p, "%s: expected a number, got '%s'", f->path, s);
+        if (!mr_cfg_parse_f64(s, &v)) return perr(MR_ERR_INVALID, p, "%s: expected a number, got '%s'", f->path, s);
         mr_status st = range_check(f, v, p, s);
         if (st) return st;
         memcpy(base, &v, sizeof v);
@@ -302,7 +300,7 @@ mr_status mr_cfg_set_scalar(mr_experiment *e, const field *f, const char *s, pos
     }
     case K_BOOL: {
         int v;
-        if (!parse_bool(s, &v)) return perr(MR_ERR_INVALID, p, "%s: expected true or false, got '%s'", f->path, s);
+        if (!mr_cfg_parse_bool(s, &v)) return perr(MR_ERR_INVALID, p, "%s: expected true or false, got '%s'", f->path, s);
         memcpy(base, &v, sizeof v);
         return MR_OK;
     }
@@ -345,13 +343,6 @@ typedef struct key_marks {
     struct key_mark at[256];
 } key_marks;
 
-typedef struct walker {
-    yaml_document_t *doc;
-    const char *name;
-    int is_set;       /* positions are "--set:col" */
-    key_marks *marks; /* NULL: not recorded */
-} walker;
-
 static int is_overridden(const mr_experiment *e, const char *key) {
     const field *f = mr_cfg_find_field(key);
     if (!f) return 0;
@@ -382,15 +373,6 @@ static pos key_pos(const mr_experiment *e, const char *origin, const key_marks *
     return (pos){origin, 0, 0};
 }
 
-static pos node_pos(const walker *w, const yaml_node_t *n) {
-    if (w->is_set) return (pos){"--set", 0, 1};
-    return at_mark(w->name, n->start_mark);
-}
-
-static const char *node_kind(const yaml_node_t *n) {
-    return n->type == YAML_MAPPING_NODE ? "a mapping" : n->type == YAML_SEQUENCE_NODE ? "a list" : "a value";
-}
-
 static const char *expected(const field *f) {
     switch (f->k) {
     case K_INT: return "an integer";
@@ -402,67 +384,14 @@ static const char *expected(const field *f) {
     }
 }
 
-#define SCALAR(n) ((const char *)(n)->data.scalar.value)
-
-/* Reads a list of integers >= 1 (count in [lo_n, hi_n]) from a sequence node. */
-static mr_status int_list(const walker *w, const field *f, const yaml_node_t *n, int64_t *out, int *cnt, int lo_n, int hi_n) {
-    if (n->type != YAML_SEQUENCE_NODE) {
-        return perr(MR_ERR_INVALID, node_pos(w, n), "%s: expected a list of %s%d integers, got %s%s%s%s", f->path,
-                    lo_n == hi_n ? "" : "up to ", hi_n, n->type == YAML_SCALAR_NODE ? "'" : "",
-                    n->type == YAML_SCALAR_NODE ? SCALAR(n) : node_kind(n), n->type == YAML_SCALAR_NODE ? "'" : "", "");
-    }
-    int c = (int)(n->data.sequence.items.top - n->data.sequence.items.start);
-    if (c < lo_n || c > hi_n) {
-        if (lo_n == hi_n) return perr(MR_ERR_INVALID, node_pos(w, n), "%s: expected %d integers, got %d", f->path, lo_n, c);
-        return perr(MR_ERR_INVALID, node_pos(w, n), "%s: expected %d to %d integers, got %d", f->path, lo_n, hi_n, c);
-    }
-    for (int i = 0; i < c; i++) {
-        yaml_node_t *it = yaml_document_get_node(w->doc, n->data.sequence.items.start[i]);
-        int64_t v;
-        if (it->type != YAML_SCALAR_NODE || !parse_i64(SCALAR(it), &v))
-            return perr(MR_ERR_INVALID, node_pos(w, it), "%s[%d]: expected an integer, got %s%s%s", f->path, i,
-                        it->type == YAML_SCALAR_NODE ? "'" : "", it->type == YAML_SCALAR_NODE ? SCALAR(it) : node_kind(it),
-                        it->type == YAML_SCALAR_NODE ? "'" : "");
-        if (v < 1) return perr(MR_ERR_INVALID, node_pos(w, it), "%s[%d]: must be >= 1, got %lld", f->path, i, (long long)v);
-        out[i] = v;
-    }
-    *cnt = c;
-    return MR_OK;
-}
-
 static mr_status set_params(const walker *w, mr_experiment *e, const yaml_node_t *n);
 static mr_status set_param(const walker *w, mr_experiment *e, const char *key, pos kp, const yaml_node_t *v);
 
 static mr_status set_node(const walker *w, mr_experiment *e, const field *f, const yaml_node_t *n) {
     pos p = node_pos(w, n);
-    mr_status st;
     switch (f->k) {
-    case K_SIZES: {
-        int64_t v[MR_MLP_MAX_LAYERS + 1];
-        int c;
-        if ((st = int_list(w, f, n, v, &c, 2, MR_MLP_MAX_LAYERS + 1))) return st;
-        memset(e->model.sizes, 0, sizeof e->model.sizes);
-        memcpy(e->model.sizes, v, (size_t)c * sizeof v[0]);
-        e->model.n_sizes = c;
-        return MR_OK;
-    }
-    case K_CHANNELS: {
-        int64_t v[2];
-        int c;
-        if ((st = int_list(w, f, n, v, &c, 2, 2))) return st;
-        e->model.ch1 = v[0];
-        e->model.ch2 = v[1];
-        return MR_OK;
-    }
-    case K_INPUT: {
-        int64_t v[3];
-        int c;
-        if ((st = int_list(w, f, n, v, &c, 3, 3))) return st;
-        e->model.in_channels = v[0];
-        e->model.height = v[1];
-        e->model.width = v[2];
-        return MR_OK;
-    }
+    case K_SIZES: case K_CHANNELS: case K_INPUT:
+        return mr_cfg_set_model_node(w, e, f, n);
     case K_DEVICES: {
         if (n->type == YAML_SCALAR_NODE) {
             if (!strcmp(SCALAR(n), "auto")) {
@@ -492,6 +421,7 @@ static mr_status set_node(const walker *w, mr_experiment *e, const field *f, con
     case K_PARAMS:
         return set_params(w, e, n);
     default:
+        if (f->off == OFF(model.layers) && n->type == YAML_SEQUENCE_NODE) return mr_cfg_set_model_node(w, e, f, n);
         if (n->type != YAML_SCALAR_NODE)
             return perr(MR_ERR_INVALID, p, "%s: expected %s, got %s", f->path, expected(f), node_kind(n));
         return mr_cfg_set_scalar(e, f, SCALAR(n), p);
@@ -595,7 +525,7 @@ static mr_status set_param(const walker *w, mr_experiment *e, const char *key, p
                 goto fail;
             }
             const char *xs = x->type == YAML_SCALAR_NODE ? SCALAR(x) : "";
-            int ok = x->type == YAML_SCALAR_NODE && (which == 2 ? parse_bool(xs, &sp.log) : parse_f64(xs, which ? &sp.max : &sp.min));
+            int ok = x->type == YAML_SCALAR_NODE && (which == 2 ? mr_cfg_parse_bool(xs, &sp.log) : mr_cfg_parse_f64(xs, which ? &sp.max : &sp.min));
             if (!ok) {
                 st = perr(MR_ERR_INVALID, node_pos(w, x), "%s.%s: expected %s, got '%s'", sec, kn,
                           which == 2 ? "true or false" : "a number", xs);
@@ -836,6 +766,11 @@ static mr_status check_impl(const mr_experiment *e, const char *origin, const ke
         if (d->source != MR_SRC_IDX && !d->path[0])
             return perr(MR_ERR_INVALID, P(nm), "%s.path: missing required value for source %s", nm, SOURCES[d->source]);
     }
+    if (e->model.type == MR_MODEL_CNN && e->model.graph.n_input && e->model.graph.n_input != 3)
+        return perr(MR_ERR_INVALID, P("model.input"), "model.input: a cnn takes [channels, height, width], got %d dims",
+                    e->model.graph.n_input);
+    mr_status ls = mr_cfg_check_layers(e, P("model.layers"));
+    if (ls) return ls;
     if (e->model.type == MR_MODEL_GPT && e->model.embd % e->model.heads)
         return perr(MR_ERR_INVALID, P("model.embd"), "model.embd: must be a multiple of model.heads (%lld), got %lld", (long long)e->model.heads,
                     (long long)e->model.embd);

@@ -34,9 +34,12 @@ int mr_cfg_unused(const mr_experiment *e, const field *f, char *why, size_t cap)
     why[0] = '\0';
     if (!strncmp(path, "model.", 6)) {
         int t = (int)e->model.type;
-        return unused_by(leaf, "sizes", names_of("model.type"), t, "mlp", "model.type", why, cap) ||
-               unused_by(leaf, "input channels hidden classes", names_of("model.type"), t, "cnn", "model.type", why, cap) ||
-               unused_by(leaf, "vocab context layers heads embd dropout", names_of("model.type"), t, "gpt", "model.type", why, cap);
+        const char *const *types = names_of("model.type");
+        return unused_by(leaf, "sizes", types, t, "mlp", "model.type", why, cap) ||
+               unused_by(leaf, "channels hidden classes", types, t, "cnn", "model.type", why, cap) ||
+               unused_by(leaf, "input", types, t, "cnn graph", "model.type", why, cap) ||
+               unused_by(leaf, "vocab context layers", types, t, "gpt graph", "model.type", why, cap) ||
+               unused_by(leaf, "heads embd dropout", types, t, "gpt", "model.type", why, cap);
     }
     if (!strncmp(path, "data.", 5)) {
         const int train = !strncmp(path, "data.train.", 11);

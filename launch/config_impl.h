@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include <yaml.h>
+
 #include "launch/config.h"
 
 typedef enum kind { K_INT, K_NUM, K_BOOL, K_STR, K_ENUM, K_SIZES, K_CHANNELS, K_INPUT, K_DEVICES, K_PARAMS } kind;
@@ -37,6 +39,37 @@ int mr_cfg_unused(const mr_experiment *e, const field *f, char *why, size_t cap)
  * trials and is accepted). config_apply.c. */
 const char *mr_cfg_selector_of(const field *f);
 int mr_cfg_selector_swept(const mr_experiment *e, const field *f);
+
+/* A YAML document being applied to an experiment (config.c). */
+struct key_marks;
+typedef struct walker {
+    yaml_document_t *doc;
+    const char *name;
+    int is_set;               /* positions are "--set:col" */
+    struct key_marks *marks;  /* NULL: not recorded */
+} walker;
+
+#define SCALAR(n) ((const char *)(n)->data.scalar.value)
+
+/* The message is "<name>:<line>:<col>: ..." ("--set:<col>: ..." without a line; "<name>: ..."
+ * when col is 0: no position known); the C position (file, line) goes apart (mr_last_error_where). */
+mr_status mr_cfg_perr_at(const char *file, int line, mr_status s, pos p, const char *fmt, ...) MR_PRINTF(5, 6);
+#define perr(...) mr_cfg_perr_at(__FILE__, __LINE__, __VA_ARGS__) /* (status, pos, fmt, ...) */
+pos mr_cfg_node_pos(const walker *w, const yaml_node_t *n);
+#define node_pos mr_cfg_node_pos
+const char *mr_cfg_node_kind(const yaml_node_t *n); /* "a mapping", "a list", "a value" */
+#define node_kind mr_cfg_node_kind
+int mr_cfg_parse_i64(const char *s, int64_t *v); /* 1 when s is exactly an integer */
+int mr_cfg_parse_f64(const char *s, double *v);  /* a finite number */
+int mr_cfg_parse_bool(const char *s, int *v);    /* true/false, yes/no, on/off */
+int mr_cfg_edit_distance(const char *a, const char *b); /* case-insensitive Levenshtein (99: too long) */
+
+/* The model's structured keys (config_model.c): model.sizes, model.channels, model.input (a list
+ * or tokens) and model.layers given as a list of layers (a layer graph); a scalar model.layers is
+ * the gpt's depth, set like any integer. */
+mr_status mr_cfg_set_model_node(const walker *w, mr_experiment *e, const field *f, const yaml_node_t *n);
+/* Checks a graph model's layers (mr_layers_check), the message at the failing layer's line. */
+mr_status mr_cfg_check_layers(const mr_experiment *e, pos where) MR_WUR;
 
 /* The table entry for a dotted key, or NULL. */
 const field *mr_cfg_find_field(const char *path);

@@ -57,11 +57,74 @@ static void sb_quoted(sbuf *b, const char *s) {
     sb_printf(b, "'");
 }
 
+static void emit_input(sbuf *b, const mr_layer_graph *g) {
+    if (g->tokens) {
+        sb_printf(b, "tokens");
+        return;
+    }
+    sb_printf(b, "[");
+    for (int i = 0; i < g->n_input; i++) sb_printf(b, "%s%lld", i ? ", " : "", (long long)g->input[i]);
+    sb_printf(b, "]");
+}
+
+/* ", " before every argument but the first. */
+static void arg_sep(sbuf *b, int *n) { sb_printf(b, "%s", (*n)++ ? ", " : ""); }
+
+/* key: a number that parses back to the same double. */
+static void emit_num(sbuf *b, int *n, const char *key, double v) {
+    char num[64];
+    fmt_num(num, sizeof num, v);
+    arg_sep(b, n);
+    sb_printf(b, "%s: %s", key, num);
+}
+
+/* Layers [first, first + n) in flow style, only the arguments that differ from the defaults. */
+static void emit_layers(sbuf *b, const mr_layer_graph *g, int32_t first, int32_t n) {
+    sb_printf(b, "[");
+    for (int32_t i = 0; i < n; i++) {
+        const mr_layer *l = &g->l[first + i], d = mr_layer_default(l->kind);
+        sb_printf(b, "%s{%s: {", i ? ", " : "", mr_layer_kind_name(l->kind));
+        int na = 0;
+        const int64_t iv[] = {l->out, l->kernel, l->stride, l->pad, l->vocab, l->dim, l->context, l->heads, l->mlp, l->times};
+        const int64_t dv[] = {d.out, d.kernel, d.stride, d.pad, d.vocab, d.dim, d.context, d.heads, d.mlp, d.times};
+        static const char *const in[] = {"out", "kernel", "stride", "pad", "vocab", "dim", "context", "heads", "mlp", "times"};
+        for (int k = 0; k < 10; k++)
+            if (iv[k] != dv[k]) arg_sep(b, &na), sb_printf(b, "%s: %lld", in[k], (long long)iv[k]);
+        if (l->bias != d.bias) arg_sep(b, &na), sb_printf(b, "bias: %s", l->bias ? "true" : "false");
+        if (l->affine != d.affine) arg_sep(b, &na), sb_printf(b, "affine: %s", l->affine ? "true" : "false");
+        if (l->sync != d.sync) arg_sep(b, &na), sb_printf(b, "sync: %s", l->sync ? "true" : "false");
+        if (l->p != d.p) emit_num(b, &na, l->kind == MR_LAYER_TRANSFORMER ? "dropout" : "p", l->p);
+        if (l->eps != d.eps) emit_num(b, &na, "eps", l->eps);
+        if (l->momentum != d.momentum) emit_num(b, &na, "momentum", l->momentum);
+        if (l->std != d.std) emit_num(b, &na, "std", l->std);
+        if (l->tied[0]) arg_sep(b, &na), sb_printf(b, "tied: "), sb_quoted(b, l->tied);
+        if (l->n_shape) {
+            arg_sep(b, &na), sb_printf(b, "shape: [");
+            for (int k = 0; k < l->n_shape; k++) sb_printf(b, "%s%lld", k ? ", " : "", (long long)l->shape[k]);
+            sb_printf(b, "]");
+        }
+        if (l->n_body) arg_sep(b, &na), sb_printf(b, "body: "), emit_layers(b, g, l->body, l->n_body);
+        if (l->n_shortcut) arg_sep(b, &na), sb_printf(b, "shortcut: "), emit_layers(b, g, l->shortcut, l->n_shortcut);
+        sb_printf(b, "}");
+        if (l->name[0]) {
+            sb_printf(b, ", name: ");
+            sb_quoted(b, l->name);
+        }
+        sb_printf(b, "}");
+    }
+    sb_printf(b, "]");
+}
+
 static void emit_value(sbuf *b, const mr_experiment *e, const field *f) {
     const char *base = (const char *)e + f->off;
     char num[64];
     switch (f->k) {
-    case K_INT: { int64_t v; memcpy(&v, base, sizeof v); sb_printf(b, "%lld", (long long)v); break; }
+    case K_INT:
+        if (f->off == offsetof(mr_experiment, model.layers) && e->model.type == MR_MODEL_GRAPH) {
+            emit_layers(b, &e->model.graph, e->model.graph.top, e->model.graph.n_top);
+            break;
+        }
+        { int64_t v; memcpy(&v, base, sizeof v); sb_printf(b, "%lld", (long long)v); break; }
     case K_NUM: { double v; memcpy(&v, base, sizeof v); fmt_num(num, sizeof num, v); sb_printf(b, "%s", num); break; }
     case K_BOOL: { int v; memcpy(&v, base, sizeof v); sb_printf(b, "%s", v ? "true" : "false"); break; }
     case K_ENUM: { int v; memcpy(&v, base, sizeof v); sb_printf(b, "%s", f->names[v]); break; }
@@ -73,7 +136,8 @@ static void emit_value(sbuf *b, const mr_experiment *e, const field *f) {
         break;
     case K_CHANNELS: sb_printf(b, "[%lld, %lld]", (long long)e->model.ch1, (long long)e->model.ch2); break;
     case K_INPUT:
-        sb_printf(b, "[%lld, %lld, %lld]", (long long)e->model.in_channels, (long long)e->model.height, (long long)e->model.width);
+        if (e->model.type == MR_MODEL_GRAPH) emit_input(b, &e->model.graph);
+        else sb_printf(b, "[%lld, %lld, %lld]", (long long)e->model.in_channels, (long long)e->model.height, (long long)e->model.width);
         break;
     case K_DEVICES:
         if (!e->distribute.n_devices) { sb_printf(b, "auto"); break; }

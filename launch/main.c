@@ -1,4 +1,4 @@
-/* The `mirror` command line: train, eval, inspect, sweep, doctor, version, help. Library code reports through mr_status;
+/* The `mirror` command line: train, eval, inspect, summary, sweep, doctor, version, help. Library code reports through mr_status;
  * this file alone decides exit codes (0 success, 1 a run-time failure, 2 a usage or configuration
  * error) and prints "mirror: error: ..." with a HINT line. */
 #include <errno.h>
@@ -27,6 +27,9 @@ static const char *g_usage =
     "                                       train the experiment described by the YAML file CONFIG\n"
     "  eval CONFIG [--checkpoint PATH]      evaluate a checkpoint (default: the newest in checkpoint.dir)\n"
     "  inspect PATH                         print what a checkpoint holds\n"
+    "  summary CONFIG [--set key=value ...] the model's layers, output shapes, parameter counts and the\n"
+    "                                       memory of one training step (parameters, gradients, optimizer,\n"
+    "                                       activations) for the configured batch and precision\n"
     "  sweep CONFIG [--set key=value ...]   run every trial of CONFIG's sweep: section, one after another,\n"
     "                                       each in <checkpoint.dir>/trial-NNN; writes results.csv sorted by\n"
     "                                       the sweep metric; finished trials are skipped when run again\n"
@@ -150,6 +153,19 @@ static mr_status load(int argc, char **argv, int first, mr_experiment *e) {
     do {                                                                                        \
         if (!(cond)) return mr_set_error((code), __VA_ARGS__);                                  \
     } while (0)
+
+/* The model summary of an experiment for one replica's micro-batch (train.batch over train.accumulate
+ * and the devices listed; an MPI job divides it further by its ranks). */
+static mr_status print_summary(const mr_experiment *e, FILE *out) {
+    int64_t replicas = e->distribute.n_devices > 1 ? e->distribute.n_devices : 1;
+    if (g_job) replicas *= mr_comm_size(g_job);
+    const int64_t micro = e->train.batch / (e->train.accumulate * replicas);
+    const mr_dtype compute = e->precision.policy == MR_PREC_MIXED_BF16  ? MR_BF16
+                             : e->precision.policy == MR_PREC_MIXED_F16 ? MR_F16
+                                                                         : MR_F32;
+    const int slots = e->optimizer.type == MR_OPTIM_SGD ? (e->optimizer.momentum > 0) : 2;
+    return mr_model_summary(&e->model, micro > 0 ? micro : 1, compute, slots, out);
+}
 
 /* The trainer's view of an experiment; MR_ERR_UNSUPPORTED for what the trainer cannot do yet. */
 static mr_status to_train_cfg(const mr_experiment *e, const char *run_dir, mr_train_cfg *c) {
@@ -311,6 +327,7 @@ static mr_status run_one(const mr_experiment *e, const char *dir, mr_train_resul
 
     if (st == MR_OK) st = mr_experiment_to_yaml(e, &yaml);
     c.config_text = yaml;
+    if (st == MR_OK && leader && e->log.progress) st = print_summary(e, stdout);
     if (st == MR_OK) st = mr_train(&c, r);
     free(yaml);
     return st;
@@ -416,6 +433,19 @@ static int cmd_train(int argc, char **argv) {
     printf("; run directory %s\n", dir);
     if (r.sample[0]) printf("\nsample:\n%s\n", r.sample);
     return end_job(0);
+}
+
+static int cmd_summary(int argc, char **argv) {
+    if (argc < 3 || !strcmp(argv[2], "--help") || !strcmp(argv[2], "-h")) {
+        fputs(g_usage, argc < 3 ? stderr : stdout);
+        return argc < 3 ? EXIT_USAGE : 0;
+    }
+    mr_experiment e = mr_experiment_default();
+    mr_status st = load(argc, argv, 3, &e);
+    if (st == MR_OK) st = print_summary(&e, stdout);
+    mr_experiment_deinit(&e);
+    return st == MR_OK ? 0 : fail(EXIT_USAGE, "fix the key named above in the config file or the --set argument "
+                                                            "(see README.md, \"Experiments\" and \"Models\")");
 }
 
 static int cmd_eval(int argc, char **argv) {
@@ -928,6 +958,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "sweep")) return cmd_sweep(argc, argv);
     if (!strcmp(argv[1], "eval")) return cmd_eval(argc, argv);
     if (!strcmp(argv[1], "inspect")) return cmd_inspect(argc, argv);
+    if (!strcmp(argv[1], "summary")) return cmd_summary(argc, argv);
     if (!strcmp(argv[1], "doctor")) return mirror_doctor(argc, argv);
     fprintf(stderr, "mirror: error: unknown command '%s'\nHINT: mirror --help lists the commands\n", argv[1]);
     return EXIT_USAGE;

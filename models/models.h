@@ -1,4 +1,5 @@
-/* The built-in models, built from autodiff/nn layers with PyTorch's parameter names and layouts
+/* The models: a layer graph (models/layers.h, model.type graph) or one of the built-in
+ * shorthands, which expand to layer graphs, built from autodiff/nn layers with PyTorch's parameter names and layouts
  * (a state_dict maps 1:1 by name; see the README's parameter table):
  *   mlp  fc1, fc2, ... (Linear; ReLU between)
  *   cnn  conv1, conv2 (3x3, pad 1, ReLU, 2x2 max-pool each), fc1 (ReLU), fc2
@@ -9,12 +10,19 @@
 #define MR_MODELS_H
 
 #include "autodiff/nn.h"
+#include "models/layers.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef enum mr_model_type { MR_MODEL_MLP = 0, MR_MODEL_CNN = 1, MR_MODEL_GPT = 2 } mr_model_type;
+typedef enum mr_model_type { MR_MODEL_MLP = 0, MR_MODEL_CNN = 1, MR_MODEL_GPT = 2, MR_MODEL_GRAPH = 3 } mr_model_type;
+
+/* What a model is trained for, which says what the data feeds and how it is scored. */
+typedef enum mr_task {
+    MR_TASK_CLASSIFY = 0, /* x: f32 samples (features or images), y: i32 class labels; loss, accuracy */
+    MR_TASK_LM = 1        /* x: i32 windows of `context` tokens, y: the next tokens; loss, perplexity, samples */
+} mr_task;
 
 #define MR_MLP_MAX_LAYERS 8
 
@@ -28,16 +36,40 @@ typedef struct mr_model_cfg {
     /* gpt */
     int64_t vocab, context, layers, heads, embd;
     double dropout;
+    /* graph: the layers (model.layers) and the sample shape (model.input: a list, or tokens) */
+    mr_layer_graph graph;
 } mr_model_cfg;
+
+const char *mr_model_type_name(mr_model_type t); /* "mlp", "cnn", "gpt", "graph" */
+mr_task mr_model_task(const mr_model_cfg *c);
+/* The shape of one sample of input "x" (the batch dim is added) and its dtype: f32 (D) for an
+ * mlp, (C, H, W) for a cnn, the graph's input; i32 (context) for a language model. */
+mr_shape mr_model_sample_shape(const mr_model_cfg *c);
+mr_dtype mr_model_input_dtype(const mr_model_cfg *c);
+/* Fits the model to its data: a classifier's samples of shape `sample` (an mlp takes their size
+ * as its input width, a cnn their (C, H, W) or (H, W) as (1, H, W); a graph's input must hold
+ * as many elements, MR_ERR_INVALID naming model.input otherwise); a language model's vocabulary
+ * (vocab > 0 replaces model.vocab). */
+mr_status mr_model_fit_data(mr_model_cfg *c, mr_shape sample, int64_t vocab) MR_WUR;
+/* The layer graph a model is: the graph itself, or the shorthand's expansion (same parameter
+ * names as ever, so older checkpoints load). MR_ERR_INVALID for a bad shorthand config. */
+mr_status mr_model_layers(const mr_model_cfg *c, mr_layer_graph *out) MR_WUR;
+/* `mirror summary` (and the start of `mirror train`): each layer's name, kind, output shape and
+ * parameter count; the totals; and from the planner the activation memory of one training step
+ * for `batch` samples (a replica's micro-batch) in `compute`, with the parameter, gradient and
+ * optimizer-state bytes (optimizer_slots f32 values per parameter: 2 for Adam). MR_ERR_INVALID as
+ * mr_model_build. */
+mr_status mr_model_summary(const mr_model_cfg *c, int64_t batch, mr_dtype compute, int optimizer_slots,
+                           FILE *out) MR_WUR;
 
 /* The reference workloads' shapes: MLP 784-1024-1024-10; CNN 1x28x28, channels 32 and 64, fc 128,
  * 10 classes; GPT vocab 65, context 128, 4 layers, 4 heads, width 128, no dropout. */
 mr_model_cfg mr_model_cfg_default(mr_model_type type);
 
 typedef struct mr_model_io {
-    mr_val x;      /* mlp (B, in) f32 / cnn (B, C, H, W) f32 / gpt (B, T) i32 token ids: input "x" */
-    mr_val y;      /* labels "y": (B) i32; gpt (B, T) i32 next tokens */
-    mr_val logits; /* (B, classes); gpt (B*T, vocab) */
+    mr_val x;      /* "x": classify (B, sample...) f32; language model (B, T) i32 token ids */
+    mr_val y;      /* labels "y": (B) i32; language model (B, T) i32 next tokens */
+    mr_val logits; /* (B, classes); language model (B*T, vocab) */
     mr_val loss;   /* mean cross-entropy, shape (1) */
 } mr_model_io;
 

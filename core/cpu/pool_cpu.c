@@ -1,7 +1,17 @@
-/* 2-d max pooling, CPU fast path (f32; f64 runs the reference). Both directions are parallel
- * over the N*C planes: a plane's windows only read (forward) or write (backward) that plane, so
- * the backward scatter never races and adds in window order whatever the thread count. Window
- * rules (ties, NaN, padding) are those of core/ref/pool_ref.c. */
+/* 2-d pooling, CPU fast paths (f32; f64 runs the reference).
+ *
+ * Max pooling: both directions are parallel over the N*C planes: a plane's windows only read
+ * (forward) or write (backward) that plane, so the backward scatter never races and adds in window
+ * order whatever the thread count. Window rules (ties, NaN, padding) are those of
+ * core/ref/pool_ref.c.
+ *
+ * Average pooling: parallel over planes too, and vectorised along an output row: for the windows
+ * that lie inside the plane horizontally, each tap of the window is one pass over the row (y[j] +=
+ * x[j*stride + tap]), so every window still sums its taps in the reference's row-major order; the
+ * few windows at the left and right edges are summed one by one. The backward scatters dy/(kh*kw)
+ * in passes over the taps taken right to left, which adds into every dx element in increasing
+ * output index, the reference's order. So the results equal the CUDA kernels' bit for bit (and
+ * do not depend on the thread count). */
 #include "core/ops_impl.h"
 #include "core/cpu/cpu_impl.h"
 #include "core/math/pool_math.h"
@@ -193,5 +203,155 @@ mr_status mr_maxpool2d_bwd_cpu(const mr_op_args *a) {
         for (int64_t i = 0; i < ohw; i++)
             if (ap[i] >= 0) dxp[ap[i]] += dyp[i];
     }
+    return MR_OK;
+}
+
+/* ---- average pooling -------------------------------------------------------------------------- */
+
+/* The output columns [*jl, *jr) whose windows lie inside [0, w) horizontally. */
+static void avg_inner_cols(int64_t w, int64_t ow, int kw, int sw, int pw, int64_t *jl, int64_t *jr) {
+    int64_t lo = (pw + sw - 1) / sw, hi = w + pw - kw < 0 ? 0 : (w + pw - kw) / sw + 1;
+    lo = lo < ow ? lo : ow;
+    hi = hi < ow ? hi : ow;
+    *jl = lo;
+    *jr = hi > lo ? hi : lo;
+}
+
+/* y[j] += x[j*sw + off] for j in [j0, j1). Inlined with sw a constant where the caller has one,
+ * so the common strides vectorise. */
+static inline __attribute__((always_inline)) void avg_row_add(float *restrict y, const float *restrict x, int64_t off,
+                                                              int64_t j0, int64_t j1, int sw) {
+    for (int64_t j = j0; j < j1; j++) y[j] += x[j * sw + off];
+}
+
+/* x[j*sw + off] += g[j - j0] for j in [j0, j1) (distinct x elements for distinct j). */
+static inline __attribute__((always_inline)) void avg_row_scatter(float *restrict x, const float *restrict g,
+                                                                  int64_t off, int64_t j0, int64_t j1, int sw) {
+    for (int64_t j = j0; j < j1; j++) x[j * sw + off] += g[j - j0];
+}
+
+/* The sum of window (i, j), clipped to the plane, row-major from 0 (the edge columns). */
+static float avg_window_sum(const float *xp, int64_t h0, int64_t h1, int64_t j, int64_t w, int kw, int sw, int pw) {
+    int64_t w0 = j * sw - pw, w1 = w0 + kw;
+    w0 = w0 < 0 ? 0 : w0;
+    w1 = w1 > w ? w : w1;
+    float sum = 0.0f;
+    for (int64_t ih = h0; ih < h1; ih++)
+        for (int64_t iw = w0; iw < w1; iw++) sum += xp[ih * w + iw];
+    return sum;
+}
+
+/* One plane: x (h, w) -> y (oh, ow). (An AVX-512 build of this code was slower on the 14..56-wide
+ * rows of CNNs than the SSE2 one: its remainders are longer.) */
+static void avg_fwd_plane(const float *restrict xp, float *restrict yp, int64_t h, int64_t w, int64_t oh, int64_t ow,
+                          const mr_pool_params *p) {
+    const int kh = p->kernel_h, kw = p->kernel_w, sh = p->stride_h, sw = p->stride_w, ph = p->pad_h, pw = p->pad_w;
+    const float div = (float)kh * (float)kw;
+    int64_t jl, jr;
+    avg_inner_cols(w, ow, kw, sw, pw, &jl, &jr);
+    for (int64_t i = 0; i < oh; i++) {
+        int64_t h0 = i * sh - ph, h1 = h0 + kh;
+        h0 = h0 < 0 ? 0 : h0;
+        h1 = h1 > h ? h : h1;
+        float *yr = yp + i * ow;
+        for (int64_t j = 0; j < jl; j++) yr[j] = avg_window_sum(xp, h0, h1, j, w, kw, sw, pw) / div;
+        for (int64_t j = jr; j < ow; j++) yr[j] = avg_window_sum(xp, h0, h1, j, w, kw, sw, pw) / div;
+        if (jr == jl) continue;
+        for (int64_t j = jl; j < jr; j++) yr[j] = 0.0f;
+        for (int64_t ih = h0; ih < h1; ih++)
+            for (int kj = 0; kj < kw; kj++) {
+                const float *xr = xp + ih * w; /* xr[j*sw + kj - pw] is tap (ih, kj) of window j */
+                if (sw == 1)
+                    avg_row_add(yr, xr, kj - pw, jl, jr, 1);
+                else if (sw == 2)
+                    avg_row_add(yr, xr, kj - pw, jl, jr, 2);
+                else
+                    avg_row_add(yr, xr, kj - pw, jl, jr, sw);
+            }
+        for (int64_t j = jl; j < jr; j++) yr[j] /= div;
+    }
+}
+
+/* dy/(kh*kw) of window (i, j) added to its elements inside the plane (the edge columns). */
+static void avg_window_scatter(float *dxp, int64_t h0, int64_t h1, int64_t j, int64_t w, int kw, int sw, int pw,
+                               float g) {
+    int64_t w0 = j * sw - pw, w1 = w0 + kw;
+    w0 = w0 < 0 ? 0 : w0;
+    w1 = w1 > w ? w : w1;
+    for (int64_t ih = h0; ih < h1; ih++)
+        for (int64_t iw = w0; iw < w1; iw++) dxp[ih * w + iw] += g;
+}
+
+#define AVG_CHUNK 256
+
+/* One plane: dy (oh, ow) -> dx (h, w), every element written. Each output row is taken in chunks
+ * of AVG_CHUNK columns (their dy/(kh*kw) in a stack buffer), left to right, so a dx element still
+ * receives its windows in increasing output index. */
+static void avg_bwd_plane(const float *restrict dyp, float *restrict dxp, int64_t h, int64_t w, int64_t oh, int64_t ow,
+                          const mr_pool_params *p) {
+    const int kh = p->kernel_h, kw = p->kernel_w, sh = p->stride_h, sw = p->stride_w, ph = p->pad_h, pw = p->pad_w;
+    const float div = (float)kh * (float)kw;
+    float g[AVG_CHUNK];
+    int64_t jl, jr;
+    avg_inner_cols(w, ow, kw, sw, pw, &jl, &jr);
+    memset(dxp, 0, (size_t)(h * w) * sizeof(float));
+    for (int64_t i = 0; i < oh; i++) {
+        int64_t h0 = i * sh - ph, h1 = h0 + kh;
+        h0 = h0 < 0 ? 0 : h0;
+        h1 = h1 > h ? h : h1;
+        const float *dyr = dyp + i * ow;
+        for (int64_t c0 = 0; c0 < ow; c0 += AVG_CHUNK) {
+            int64_t c1 = ow - c0 < AVG_CHUNK ? ow : c0 + AVG_CHUNK;
+            for (int64_t j = c0; j < c1; j++) g[j - c0] = dyr[j] / div;
+            /* the chunk's columns in three runs, left to right: left edge, inside, right edge */
+            int64_t a0 = c0, a1 = c1 < jl ? c1 : jl;
+            for (int64_t j = a0; j < a1; j++) avg_window_scatter(dxp, h0, h1, j, w, kw, sw, pw, g[j - c0]);
+            int64_t b0 = c0 > jl ? c0 : jl, b1 = c1 < jr ? c1 : jr;
+            if (b0 < b1)
+                for (int64_t ih = h0; ih < h1; ih++)
+                    /* taps right to left: a dx element gets its windows left to right */
+                    for (int kj = kw - 1; kj >= 0; kj--) {
+                        float *xr = dxp + ih * w;
+                        const float *gs = g + (b0 - c0);
+                        if (sw == 1)
+                            avg_row_scatter(xr, gs, kj - pw, b0, b1, 1);
+                        else if (sw == 2)
+                            avg_row_scatter(xr, gs, kj - pw, b0, b1, 2);
+                        else
+                            avg_row_scatter(xr, gs, kj - pw, b0, b1, sw);
+                    }
+            int64_t e0 = c0 > jr ? c0 : jr;
+            for (int64_t j = e0; j < c1; j++) avg_window_scatter(dxp, h0, h1, j, w, kw, sw, pw, g[j - c0]);
+        }
+    }
+}
+
+mr_status mr_avgpool2d_fwd_cpu(const mr_op_args *a) {
+    if (mr_op_is_f64(a)) return mr_avgpool2d_fwd_ref(a);
+    if (a->in[0].dtype != MR_F32)
+        return mr_op_error(a, "the CPU kernel takes f32 or f64, got %s", mr_dtype_name(a->in[0].dtype));
+    const mr_pool_params *p = &a->p.pool;
+    const int64_t *d = a->in[0].shape.dim, *od = a->out[0].shape.dim;
+    int64_t planes = d[0] * d[1], h = d[2], w = d[3], oh = od[2], ow = od[3];
+    /* x (N*C, H, W); y (N*C, OH, OW) */
+    const float *x = a->in[0].data;
+    float *y = a->out[0].data;
+#pragma omp parallel for schedule(static) if (planes * oh * ow * p->kernel_h * p->kernel_w > POOL_PAR_MIN)
+    for (int64_t pl = 0; pl < planes; pl++) avg_fwd_plane(x + pl * h * w, y + pl * oh * ow, h, w, oh, ow, p);
+    return MR_OK;
+}
+
+mr_status mr_avgpool2d_bwd_cpu(const mr_op_args *a) {
+    if (mr_op_is_f64(a)) return mr_avgpool2d_bwd_ref(a);
+    if (a->in[0].dtype != MR_F32)
+        return mr_op_error(a, "the CPU kernel takes f32 or f64, got %s", mr_dtype_name(a->in[0].dtype));
+    const mr_pool_params *p = &a->p.pool;
+    const int64_t *d = a->out[0].shape.dim, *od = a->in[0].shape.dim;
+    int64_t planes = d[0] * d[1], h = d[2], w = d[3], oh = od[2], ow = od[3];
+    /* dy (N*C, OH, OW); dx (N*C, H, W) */
+    const float *dy = a->in[0].data;
+    float *dx = a->out[0].data;
+#pragma omp parallel for schedule(static) if (planes * (h * w + oh * ow * p->kernel_h * p->kernel_w) > POOL_PAR_MIN)
+    for (int64_t pl = 0; pl < planes; pl++) avg_bwd_plane(dy + pl * oh * ow, dx + pl * h * w, h, w, oh, ow, p);
     return MR_OK;
 }

@@ -3,14 +3,16 @@
  * kernel sorts in shared memory, no ids at all), DROPOUT and DROPOUT_BWD (p = 0, 1 and between,
  * offsets across the 32-bit counter boundary), PERMUTE (every permutation of two 4-d tensors,
  * size-1 dims, big transposes, 8 dims), CONCAT (every dtype, absent inputs), MAXPOOL2D and
- * MAXPOOL2D_BWD (kernel/stride/padding combinations, ties, NaN, a large grid); f32 and f64.
+ * MAXPOOL2D_BWD (kernel/stride/padding combinations, ties, NaN, a large grid), AVGPOOL2D and
+ * AVGPOOL2D_BWD (the same kinds of geometry, rows wider than the CPU kernel's chunk, a large
+ * grid); f32 and f64.
  *
  * Besides the reference check (gpu_check_vs_ref: two GPU runs bit-identical, then within
  * tolerance), each op is run on the CPU backend with the same inputs and the GPU outputs must equal
  * the CPU's bit for bit: for dropout that is the promise that both backends drop the same
- * elements; for the scatter-adds (embedding_bwd, maxpool2d_bwd) that the GPU sums in the CPU's
- * order. The GPU inputs of that check start one element past a 16-byte boundary half the time,
- * so the kernels' unvectorised paths run too. Bad ids on the GPU (no sync to report them) give
+ * elements; for the scatter-adds (embedding_bwd, maxpool2d_bwd, avgpool2d_bwd) and the window
+ * sums (avgpool2d) that the GPU sums in the CPU's order. The GPU inputs of that check start one
+ * element past a 16-byte boundary half the time, so the kernels' unvectorised paths run too. Bad ids on the GPU (no sync to report them) give
  * NaN rows forward and are skipped backward, as core/cuda/embedding.cu documents.
  *
  * Without a usable GPU the program exits 77 and CTest reports it SKIPPED. */
@@ -26,9 +28,11 @@
 #ifdef MIRROR_EMU
 #define EMB_D 32
 #define DROPOUT_BIG ((1 << 16) + 3)
+#define AVG_BIG_C 8
 #else
 #define EMB_D 768
 #define DROPOUT_BIG ((1 << 20) + 3)
+#define AVG_BIG_C 64
 #endif
 
 /* n NaNs: outputs start as NaN so an element a kernel fails to write shows up. */
@@ -450,11 +454,68 @@ static void test_maxpool(void **state) {
         }
 }
 
+/* ---- average pooling -------------------------------------------------------------------------- */
+
+static void test_avgpool(void **state) {
+    (void)state;
+    const pool_case cases[] = {
+        {2, 3, 8, 8, 2, 2, 2, 2, 0, 0, 0, 0},          /* a CNN case */
+        {1, 2, 7, 9, 3, 3, 2, 2, 1, 1, 0, 0},          /* odd sizes, padding, overlapping windows */
+        {2, 1, 5, 6, 3, 3, 1, 1, 1, 1, 0, 0},          /* stride 1: an element in up to 9 windows */
+        {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},
+        {3, 2, 11, 13, 3, 2, 1, 3, 1, 1, 0, 0},        /* different kernel, stride, padding per axis */
+        {1, 1, 4, 4, 4, 4, 4, 4, 2, 2, 0, 0},          /* padding half the kernel */
+        {1, 2, 10, 10, 2, 2, 3, 3, 0, 0, 0, 0},        /* stride > kernel: uncovered elements get 0 */
+        {1, 2, 3, 600, 3, 3, 1, 1, 1, 1, 0, 0},        /* rows wider than the CPU's chunk */
+        {1, 1, 4, 700, 2, 5, 2, 3, 1, 2, 0, 0},        /* ... with a general stride */
+        {2, AVG_BIG_C, 56, 56, 3, 3, 2, 2, 1, 1, 0, 0}, /* a large grid */
+    };
+    const mr_dtype dts[2] = {MR_F32, MR_F64};
+    uint64_t seed = 6000;
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
+        for (int di = 0; di < 2; di++) {
+            const pool_case *pc = &cases[k];
+            mr_dtype dt = dts[di];
+            mr_pool_params pp = {pc->kh, pc->kw, pc->sh, pc->sw, pc->ph, pc->pw};
+            int64_t oh = (pc->h + 2 * pc->ph - pc->kh) / pc->sh + 1, ow = (pc->w + 2 * pc->pw - pc->kw) / pc->sw + 1;
+            mr_shape xs = mr_shape_4d(pc->n, pc->c, pc->h, pc->w), ys = mr_shape_4d(pc->n, pc->c, oh, ow);
+            int64_t nx = mr_shape_numel(&xs), ny = mr_shape_numel(&ys);
+            mr_op_args f;
+            mr_op_args_init(&f, MR_OP_AVGPOOL2D);
+            f.p.pool = pp;
+            f.in[0] = gpu_f64_view(gpu_rand(nx, -2, 2, seed++, dt), xs);
+            f.out[0] = nan_view(ys);
+            char what[160];
+            snprintf(what, sizeof what, "avgpool2d case %zu (%lld,%lld,%lld,%lld) k%dx%d s%dx%d p%dx%d %s", k,
+                     (long long)pc->n, (long long)pc->c, (long long)pc->h, (long long)pc->w, pc->kh, pc->kw, pc->sh,
+                     pc->sw, pc->ph, pc->pw, mr_dtype_name(dt));
+            /* the window sums in the reference's order: exact in f64, f32-rounded in f32 */
+            if (dt == MR_F64)
+                gpu_check_vs_ref(what, &f, dt, dt, 0.0, 0.0, 0.0);
+            else
+                gpu_check_vs_ref(what, &f, dt, dt, TOL_F32_ATOL, TOL_F32_RTOL, TOL_F32_NMSE);
+            gpu_vs_cpu_bits(what, &f, dt, (int)(k & 1));
+            mr_op_args b;
+            mr_op_args_init(&b, MR_OP_AVGPOOL2D_BWD);
+            b.p.pool = pp;
+            b.in[0] = gpu_f64_view(gpu_rand(ny, -1, 1, seed++, dt), ys);
+            b.out[0] = nan_view(xs);
+            snprintf(what, sizeof what, "avgpool2d_bwd case %zu %s", k, mr_dtype_name(dt));
+            if (dt == MR_F64)
+                gpu_check_vs_ref(what, &b, dt, dt, 0.0, 0.0, 0.0);
+            else
+                gpu_check_vs_ref(what, &b, dt, dt, TOL_F32_ATOL, TOL_F32_RTOL, TOL_F32_NMSE);
+            gpu_vs_cpu_bits(what, &b, dt, (int)(k & 1));
+            gpu_free_all();
+        }
+}
+
 int main(void) {
     if (gpu_none()) return 77;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embedding), cmocka_unit_test(test_embedding_bad_ids), cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_permute),   cmocka_unit_test(test_concat),            cmocka_unit_test(test_maxpool),
+        cmocka_unit_test(test_avgpool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

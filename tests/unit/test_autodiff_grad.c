@@ -231,6 +231,36 @@ static void test_grad_cnn(void **state) {
     gc_free(&c);
 }
 
+/* Average pooling: conv2d (pad 1) -> avgpool 3 stride 2 pad 1 (padding in the divisor) -> tanh
+ * -> avgpool 2 stride 1 (overlapping) -> * constant -> sum, plus a second avgpool of the image
+ * itself (kernel 2, stride 3: windows that skip elements) squared, so the image's gradient sums
+ * an AVGPOOL2D_BWD and a CONV2D_BWD_DATA. */
+static void test_grad_avgpool(void **state) {
+    (void)state;
+    enum { N = 2, C = 2, H = 7, W = 6, O = 3 };
+    gc c = {.what = "avgpool"};
+    MR_ASSERT_OK(mr_graph_new(&c.g));
+    mr_graph *g = c.g;
+    mr_val x = mr_graph_param(g, "x", MR_F64, mr_shape_4d(N, C, H, W));
+    mr_val w = mr_graph_param(g, "w", MR_F64, mr_shape_4d(O, C, 3, 3));
+    mr_val h = mr_graph_avgpool2d(g, mr_graph_conv2d(g, x, w, MR_VAL_NONE, 1, 1), 3, 2, 1); /* (N,O,4,3) */
+    h = mr_graph_avgpool2d(g, mr_graph_unary(g, MR_OP_TANH, h), 2, 1, 0);                   /* (N,O,3,2) */
+    double rv[N * O * 3 * 2];
+    th_fill_uniform_f64(rv, N * O * 3 * 2, -1, 1, 95);
+    mr_val r = mr_graph_const(g, MR_F64, mr_shape_4d(N, O, 3, 2), rv);
+    mr_val s = mr_graph_avgpool2d(g, x, 2, 3, 0); /* (N,C,2,2) */
+    mr_shape hs = mr_graph_shape(g, h), hs_want = mr_shape_4d(N, O, 3, 2);
+    mr_shape ss = mr_graph_shape(g, s), ss_want = mr_shape_4d(N, C, 2, 2);
+    assert_true(mr_shape_eq(&hs, &hs_want) && mr_shape_eq(&ss, &ss_want));
+    c.loss = mr_graph_add(g, mr_graph_sum(g, mr_graph_mul(g, h, r), 15u), mr_graph_sum(g, mr_graph_mul(g, s, s), 15u));
+    MR_ASSERT_OK(mr_graph_status(g));
+    gc_param(&c, x, -1, 1, 96);
+    gc_param(&c, w, -0.5, 0.5, 97);
+    gc_build(&c);
+    gc_check(&c);
+    gc_free(&c);
+}
+
 /* Partial paths: a conv with no bias (stride 2) into a layernorm whose gamma and beta are inputs;
  * differentiated once w.r.t. the image only (CONV2D_BWD_DATA, no dgamma/dbeta) and once w.r.t.
  * the filter only (CONV2D_BWD_FILTER with dbias left out). */
@@ -602,6 +632,7 @@ static void test_grad_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grad_mlp),          cmocka_unit_test(test_grad_cnn),
+        cmocka_unit_test(test_grad_avgpool),
         cmocka_unit_test(test_grad_transformer),  cmocka_unit_test(test_grad_gemm_layouts),
         cmocka_unit_test(test_grad_ops),          cmocka_unit_test(test_grad_cast),
         cmocka_unit_test(test_grad_reuse_unreachable), cmocka_unit_test(test_grad_int_and_intermediate),

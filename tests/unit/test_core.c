@@ -133,7 +133,8 @@ static int grad_by_other_ops(mr_op_id op) {
     return op == MR_OP_GEMM      /* dA = dC B^T, dB = A^T dC: GEMMs (test_gemm.c) */
            || op == MR_OP_PERMUTE /* the inverse permutation (test_ops_permute.c) */
            || op == MR_OP_CAST    /* a cast back to the input type */
-           || op == MR_OP_CONCAT; /* slices (views) of the output gradient */
+           || op == MR_OP_CONCAT  /* slices (views) of the output gradient */
+           || op == MR_OP_HOOK;   /* the same hook on dy (self-adjoint) */
 }
 
 static void test_op_table(void **state) {
