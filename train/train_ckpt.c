@@ -19,7 +19,6 @@
 #endif
 
 static const char *const OPTIM_NAMES[] = {"sgd", "adam", "adamw"};
-static const char *const MODEL_NAMES[] = {"mlp", "cnn", "gpt"};
 
 static const char *compute_name(mr_dtype dt) {
     return dt == MR_BF16 ? "mixed_bfloat16" : dt == MR_F16 ? "mixed_float16" : "float32";
@@ -41,7 +40,7 @@ mr_status tr_ckpt_save(trainer *t, const char *path) {
     for (int k = 0; k < nslots && t->zero; k++) {
         full[k] = malloc(sizeof(float) * (size_t)t->n);
         MR_CHECK(full[k], MR_ERR_NOMEM, "checkpoint: out of memory for the optimizer state");
-        MR_TRY(tr_zero_full_slot(t, k, full[k]));
+        MR_TRY(mr_ddp_gather_shards(t->ddp, mr_optim_slot(t->opt, k), full[k]));
     }
     const int32_t np = mr_params_count(t->ps);
     for (int32_t i = 0; i < np; i++) {
@@ -79,7 +78,7 @@ mr_status tr_ckpt_save(trainer *t, const char *path) {
     MR_TRY(mr_ckpt_writer_attr_f64(w, "epoch", t->train_size > 0 ? (double)(t->step * c->batch) / (double)t->train_size : 0.0));
     MR_TRY(mr_ckpt_writer_attr_str(w, "mirror_version", MIRROR_VERSION));
     MR_TRY(mr_ckpt_writer_attr_i64(w, "world_size", t->world));
-    MR_TRY(mr_ckpt_writer_attr_str(w, "model", MODEL_NAMES[c->model.type]));
+    MR_TRY(mr_ckpt_writer_attr_str(w, "model", mr_model_type_name(c->model.type)));
     MR_TRY(mr_ckpt_writer_attr_str(w, "precision", compute_name(c->compute)));
     MR_TRY(mr_ckpt_writer_attr_str(w, "config", c->config_text ? c->config_text : ""));
     MR_TRY(mr_ckpt_writer_attr_i64(w, "train.batch", c->batch));
@@ -202,7 +201,7 @@ mr_status tr_ckpt_load(trainer *t, const char *path) {
                      path, name);
             MR_TRY(mr_ckpt_read(r, name, MR_F32, &sh, slot + mr_params_offset(t->ps, i)));
         }
-        if (t->zero) memcpy(mr_optim_slot(t->opt, k), full + t->zoff, sizeof(float) * (size_t)t->zlen);
+        if (t->zero) memcpy(mr_optim_slot(t->opt, k), full + t->zsh.off, sizeof(float) * (size_t)t->zsh.len);
     }
     int64_t v = 0;
     double d = 0;

@@ -1,8 +1,8 @@
 /* The trainer's replicas (MirroredStrategy over distribute/comm.h): the start of a run with
  * several replicas — one set of parameters and optimizer state for all, and a handshake that
- * catches a rank launched with another config, model or mirror build before any step runs. The
- * per-step all-reduce lives in the loop (train.c), the checkpoint's per-replica data state in
- * train_ckpt.c. */
+ * catches a rank launched with another config, model or mirror build before any step runs — and
+ * the gradient exchange's setup (the reducer itself: distribute/ddp.h; its use per step:
+ * train_step.c). The checkpoint's per-replica data state is in train_ckpt.c. */
 #include "train/train_impl.h"
 #include "core/log.h"
 
@@ -71,107 +71,50 @@ fail:
     return st;
 }
 
-/* ---- ZeRO-1: the optimizer state sharded over the replicas -------------------------------------- */
+/* ---- ZeRO-1 and the gradient exchange (distribute/ddp.h) -------------------------------------- */
 
 mr_status tr_zero_init(trainer *t) {
     t->zero = 1;
-    t->zshard_n = (t->n + t->world - 1) / t->world;
-    t->zoff = (int64_t)t->rank * t->zshard_n;
-    t->zlen = t->n - t->zoff < t->zshard_n ? t->n - t->zoff : t->zshard_n;
-    if (t->zlen < 0) t->zlen = 0;
-    if (t->zlen == 0)
+    t->zsh = mr_ddp_shard_of(t->n, t->world, t->rank);
+    if (t->zsh.len == 0)
         return mr_set_error(MR_ERR_INVALID, "distribute.shard_optimizer: %lld parameters do not shard over %d replicas",
                             (long long)t->n, t->world);
-    t->zbuf = calloc((size_t)(t->zshard_n * t->world), sizeof(float));
-    t->zshard = calloc((size_t)t->zshard_n, sizeof(float));
-    if (!t->zbuf || !t->zshard) return mr_set_error(MR_ERR_NOMEM, "trainer: out of memory for the optimizer shard");
     if (t->rank == 0 && !t->c.quiet)
         mr_log_info("shard_optimizer: each replica keeps the optimizer state of %lld of %lld parameters",
-                    (long long)t->zshard_n, (long long)t->n);
+                    (long long)t->zsh.stride, (long long)t->n);
     return MR_OK;
 }
 
-mr_status tr_zero_reduce(trainer *t, const float *g) {
-    memcpy(t->zbuf, g, sizeof(float) * (size_t)t->n); /* the padding past n stays zero */
-    return mr_comm_reduce_scatter(t->comm, t->zbuf, t->zshard, t->zshard_n, MR_F32, MR_REDUCE_AVG);
-}
-
-mr_status tr_zero_all(trainer *t, int *finite) {
-    int64_t bad = !*finite;
-    mr_status st = mr_comm_allreduce(t->comm, &bad, 1, MR_I64, MR_REDUCE_SUM);
-    *finite = bad == 0;
+mr_status tr_ddp_new(trainer *t, const mr_step *s) {
+    mr_status st = MR_OK;
+    const mr_train_cfg *c = &t->c;
+    const int32_t np = mr_params_count(t->ps);
+    mr_ddp_param *ps = calloc((size_t)(np > 0 ? np : 1), sizeof *ps);
+    MR_CHECK(ps, MR_ERR_NOMEM, "trainer: out of memory for the gradient buckets");
+    for (int32_t i = 0; i < np; i++) {
+        ps[i].off = mr_params_offset(t->ps, i);
+        ps[i].n = mr_params_numel(t->ps, i);
+        ps[i].ready = mr_plan_ready_after(s->plan, t->grads + ps[i].off, sizeof(float) * (size_t)ps[i].n);
+    }
+    /* bench/run_dist.sh's baseline: the same replicas with no gradient exchange at all (the
+     * replicas then drift apart; never for training) */
+    const char *bench = getenv("MIRROR_BENCH_NO_ALLREDUCE");
+    const int no_exchange = t->comm && bench && !strcmp(bench, "1");
+    if (no_exchange && t->rank == 0) mr_log_warn("MIRROR_BENCH_NO_ALLREDUCE=1: replicas do not exchange gradients");
+    mr_ddp_cfg dc = {.comm = t->comm,
+                     .gcomm = t->dv.on ? t->dv.gcomm : t->comm,
+                     .dev = t->gdev,
+                     .stream = t->stream,
+                     .grads = t->grads,
+                     .n = t->n,
+                     .params = ps,
+                     .n_params = np,
+                     .bucket_bytes = (c->bucket_mb > 0 ? c->bucket_mb : 16.0) * 1048576.0,
+                     .overlap = c->accumulate == 1,
+                     .shard = t->zero,
+                     .no_exchange = no_exchange};
+    MR_TRY(mr_ddp_new(&dc, &t->ddp));
+fail:
+    free(ps);
     return st;
 }
-
-mr_status tr_zero_clip(trainer *t, double max_norm) {
-    double sq = 0;
-    for (int64_t i = 0; i < t->zlen; i++) sq += (double)t->zshard[i] * (double)t->zshard[i];
-    mr_status st = mr_comm_allreduce(t->comm, &sq, 1, MR_F64, MR_REDUCE_SUM);
-    if (st != MR_OK) return st;
-    double norm = sqrt(sq);
-    if (isfinite(norm) && norm > max_norm) { /* as torch.nn.utils.clip_grad_norm_ */
-        const float k = (float)(max_norm / (norm + 1e-6));
-        for (int64_t i = 0; i < t->zlen; i++) t->zshard[i] *= k;
-    }
-    return MR_OK;
-}
-
-/* In-place all-gather of the shards of src (n) through zbuf, back into src. */
-static mr_status gather_into(trainer *t, const float *shard, float *dst) {
-    float *mine = t->zbuf + t->zoff;
-    memcpy(mine, shard, sizeof(float) * (size_t)t->zlen);
-    memset(mine + t->zlen, 0, sizeof(float) * (size_t)(t->zshard_n - t->zlen));
-    mr_status st = mr_comm_allgather(t->comm, mine, t->zbuf, t->zshard_n, MR_F32);
-    if (st == MR_OK) memcpy(dst, t->zbuf, sizeof(float) * (size_t)t->n);
-    return st;
-}
-
-mr_status tr_zero_gather(trainer *t) {
-    float *params = mr_params_buffer(t->ps);
-    return gather_into(t, params + t->zoff, params);
-}
-
-mr_status tr_zero_full_slot(trainer *t, int k, float *out) {
-    return gather_into(t, mr_optim_slot(t->opt, k), out);
-}
-
-/* ---- gradient buckets: all-reduced while the backward goes on ---------------------------------- */
-
-
-static int cmp_bucket(const void *a, const void *b) {
-    const bucket *x = a, *y = b;
-    return (x->ready > y->ready) - (x->ready < y->ready);
-}
-
-/* Buckets of at most cap_bytes (a parameter bigger than that is a bucket of its own) over
- * consecutive parameters, taken from the last one back (the backward produces the last layers'
- * gradients first), sorted by when they are ready. The first bucket is kept to 1 MB (PyTorch
- * DDP's rule): its all-reduce can then start early in the backward even when the whole model
- * would fit one bucket. */
-mr_status mr_train_make_buckets(const mr_params *ps, const mr_plan *plan, const float *grads, double cap_bytes,
-                              bucket **out, int *nb) {
-    const int32_t np = mr_params_count(ps);
-    bucket *b = calloc((size_t)np, sizeof *b);
-    if (!b) return mr_set_error(MR_ERR_NOMEM, "trainer: out of memory for gradient buckets");
-    int k = -1;
-    int64_t end = 0;
-    for (int32_t i = np - 1; i >= 0; i--) {
-        int64_t off = mr_params_offset(ps, i), n = mr_params_numel(ps, i);
-        int32_t ready = mr_plan_ready_after(plan, grads + off, sizeof(float) * (size_t)n);
-        double cap = k <= 0 && cap_bytes > 1048576.0 ? 1048576.0 : cap_bytes;
-        if (k < 0 || (double)(end - off) * sizeof(float) > cap) {
-            k++;
-            b[k].off = off;
-            end = off + n;
-            b[k].ready = 0;
-        }
-        b[k].off = off;
-        b[k].n = end - off;
-        if (ready > b[k].ready) b[k].ready = ready;
-    }
-    *nb = k + 1;
-    qsort(b, (size_t)*nb, sizeof *b, cmp_bucket);
-    *out = b;
-    return MR_OK;
-}
-

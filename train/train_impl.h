@@ -7,6 +7,7 @@
 #include "autodiff/steps.h"
 #include "data/data.h"
 #include "distribute/comm.h"
+#include "distribute/ddp.h"
 #include "train/train.h"
 
 typedef struct tr_pipeline {
@@ -65,12 +66,20 @@ typedef struct trainer {
     double time_origin, elapsed_before;
     int64_t train_size;     /* elements of the training source (an epoch) */
     int64_t image_numel;    /* the image map's context: lives as long as the pipeline */
-    /* ZeRO-1 (shard_optimizer): this replica owns params [zoff, zoff + zlen) of n, in shards of
-     * zshard_n = ceil(n / world); the optimizer holds state for its shard only */
+    /* ZeRO-1 (shard_optimizer): this replica owns params [zsh.off, zsh.off + zsh.len) of n; the
+     * optimizer holds state for its shard only (distribute/ddp.h) */
     int zero;
-    int64_t zoff, zlen, zshard_n;
-    float *zbuf;            /* world * zshard_n: the padded gradient / parameter exchange buffer */
-    float *zshard;          /* zshard_n: this replica's averaged gradient shard */
+    mr_ddp_shard zsh;
+    mr_ddp *ddp;            /* the gradient exchange over comm (single mode without one) */
+    /* Where the step works: the device path's buffers (dv) or the registry's on the host path;
+     * gdev is the CPU on the host path (the vector kernels of core/vec.h give the host loops'
+     * bits there), stream and d_scratch NULL. acc: the accumulation buffer (accumulate > 1). */
+    mr_device gdev;
+    const mr_backend *gbe;
+    mr_stream *stream;
+    float *params, *grads, *acc, *h_acc;
+    double *d_scratch;
+    mr_optim *wopt;
     tr_device dv;           /* the device path (dv.on) */
 } trainer;
 
@@ -113,29 +122,33 @@ mr_status tr_load_params(mr_params *ps, const char *path, int foreign, int64_t *
  * and shapes; a difference fails on every replica naming it and the replicas that differ. */
 mr_status tr_replicas_start(trainer *t) MR_WUR;
 
-/* ZeRO-1: set up the shard (before the optimizer is made over zlen elements). */
+/* ZeRO-1: this replica's shard (before the optimizer is made over zsh.len elements). */
 mr_status tr_zero_init(trainer *t) MR_WUR;
-/* The gradient g (n) averaged over the replicas, this replica's shard into zshard (reduce-scatter). */
-mr_status tr_zero_reduce(trainer *t, const float *g) MR_WUR;
-/* *finite becomes 1 only when it is 1 on every replica. */
-mr_status tr_zero_all(trainer *t, int *finite) MR_WUR;
-/* Global-norm clipping of the sharded gradient (the norm over every shard). */
-mr_status tr_zero_clip(trainer *t, double max_norm) MR_WUR;
-/* Every replica's updated parameter shard to every replica (all-gather). */
-mr_status tr_zero_gather(trainer *t) MR_WUR;
-/* Optimizer slot k as a full-length (n) buffer: a sharded one is gathered into out (n floats). */
-mr_status tr_zero_full_slot(trainer *t, int k, float *out) MR_WUR;
 
-/* A contiguous range of the gradient buffer all-reduced as one piece while the backward goes on. */
-typedef struct bucket {
-    int64_t off, n;   /* a contiguous range of the gradient buffer */
-    int32_t ready;    /* the plan kernels after which its gradients are final */
-    int64_t ticket;
-} bucket;
+/* The gradient exchange (t->ddp) for step s: every parameter's gradient range and when s's
+ * backward finishes it, the bucket size, the modes the run allows (train_dist.c). Collective
+ * over t->comm. */
+mr_status tr_ddp_new(trainer *t, const mr_step *s) MR_WUR;
 
-/* Buckets of at most cap_bytes over consecutive parameters, last parameter first, sorted by when
- * their gradients are final in `plan` (train_dist.c; the first is kept to 1 MB, DDP's rule). */
-mr_status mr_train_make_buckets(const mr_params *ps, const mr_plan *plan, const float *grads, double cap_bytes,
-                                bucket **out, int *nb);
+/* ---- one training step, top to bottom (train_step.c) ---- */
+typedef struct tr_times {
+    double data, fwd, bwd, comm, opt; /* seconds summed over the log interval */
+} tr_times;
+/* The next micro-batch(es) through the forward and the backward, the gradient exchange
+ * overlapped with the backward where the mode allows; *loss: the mean over the micro-batches,
+ * *g: the step's gradient (the gradient buffer, or the accumulation of the micro-batches'). */
+mr_status tr_step_forward_backward(trainer *t, mr_step *s, tr_times *tm, double *loss, float **g) MR_WUR;
+/* The replicas agree: the gradient averaged (*part: what this replica updates), the loss and a
+ * stop request agreed (*loss, *stop in and out). */
+mr_status tr_step_exchange(trainer *t, float *g, double *loss, int *stop, mr_ddp_part *part, tr_times *tm) MR_WUR;
+/* The loss scaler's verdict (GradScaler: a non-finite gradient or loss on any replica skips the
+ * update on all and halves the scale; the gradient is unscaled when applied); without scaling a
+ * non-finite loss is MR_ERR_NUMERIC. */
+mr_status tr_step_check(trainer *t, double loss, const mr_ddp_part *part, int *apply) MR_WUR;
+/* Clipping (the global norm over every replica's part) and the optimizer step at lr, then the
+ * parameter shards to every replica (ZeRO-1). */
+mr_status tr_step_update(trainer *t, const mr_ddp_part *part, double lr) MR_WUR;
+
+double tr_now_s(void);
 
 #endif
