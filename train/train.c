@@ -710,6 +710,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
         const int last = tr.step == c->steps;
         if ((c->log_every > 0 && tr.step % c->log_every == 0) || last) log_step(&tr, &L, lr, res);
         if (has_eval(c) && ((c->eval_every > 0 && tr.step % c->eval_every == 0) || last)) {
+            MR_TRY(tr_bufs_broadcast(&tr)); /* replica 0's running statistics are the model's */
             MR_TRY(evaluate(c, tr.steps, &tr.dv, micro, comm, res));
             log_eval(c, L.metrics, tr.step, tr_now_s() - tr.time_origin, res);
             L.t_last = tr_now_s(); /* evaluation time is not training throughput */
@@ -734,7 +735,10 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
         if (!c->quiet)
             mr_log_info("%s is already at train.steps (%lld): nothing to train (raise train.steps to go on, or set "
                         "checkpoint.resume: never to start over)", rpath, (long long)c->steps);
-        if (has_eval(c)) MR_TRY(evaluate(c, tr.steps, &tr.dv, micro, comm, res));
+        if (has_eval(c)) {
+            MR_TRY(tr_bufs_broadcast(&tr));
+            MR_TRY(evaluate(c, tr.steps, &tr.dv, micro, comm, res));
+        }
     }
     res->steps = tr.step;
     res->seconds = tr_now_s() - L.t_start;

@@ -1,6 +1,6 @@
-/* The trainer's device path (train_impl.h): one replica's parameters, gradients, optimizer
- * state and batches on a device, with the registry's host buffers as the shadow copy that
- * checkpoints read and write.
+/* The trainer's device path (train_impl.h): one replica's parameters, gradients, buffers
+ * (batch norm's running statistics), optimizer state and batches on a device, with the
+ * registry's host buffers as the shadow copy that checkpoints read and write.
  *
  * The same code runs with the CPU as the device (mr_train_cfg.device_path): separate host
  * buffers, copies through the CPU backend, the optimizer through the op table, the vector kernels
@@ -82,6 +82,11 @@ mr_status tr_dev_init(trainer *t, int with_optim) {
     MR_TRY(dev_alloc(dv, MR_VEC_SCRATCH * sizeof(double), (void **)&dv->d_scratch));
     dv->loss_scale = 0.0f; /* not yet set: the first tr_dev_set_loss_scale copies */
     MR_TRY(mr_steps_set_device(t->steps, dv->dev, dv->stream, dv->d_params, dv->d_grads, dv->d_loss_scale));
+    dv->n_bufs = mr_params_buffer_numel(mr_params_bufs(t->ps));
+    if (dv->n_bufs > 0) {
+        MR_TRY(dev_alloc(dv, (size_t)dv->n_bufs * sizeof(float), (void **)&dv->d_bufs));
+        MR_TRY(mr_steps_set_device_bufs(t->steps, dv->d_bufs));
+    }
     if (with_optim) MR_TRY(mr_optim_new_on(&c->optim, t->n, dv->dev, dv->stream, &dv->opt));
     if (!c->quiet) {
         char name[32];
@@ -109,6 +114,7 @@ void tr_dev_free(trainer *t) {
     dv->be->free(dv->dev.index, dv->d_grads);
     dv->be->free(dv->dev.index, dv->d_acc);
     dv->be->free(dv->dev.index, dv->d_loss_scale);
+    dv->be->free(dv->dev.index, dv->d_bufs);
     dv->be->free(dv->dev.index, dv->d_scratch);
     if (dv->stream) dv->be->stream_free(dv->stream);
     memset(dv, 0, sizeof *dv);
@@ -145,6 +151,17 @@ static mr_status copy_optim(trainer *t, int push) {
     return MR_OK;
 }
 
+mr_status tr_dev_bufs(trainer *t, int push) {
+    tr_device *dv = &t->dv;
+    if (!dv->on || dv->n_bufs == 0) return MR_OK;
+    float *h = mr_params_buffer(mr_params_bufs(t->ps));
+    const size_t bytes = (size_t)dv->n_bufs * sizeof(float);
+    mr_status st = push ? dv->be->copy(dv->dev.index, dv->d_bufs, h, bytes, to_dev(dv), dv->stream)
+                        : dv->be->copy(dv->dev.index, h, dv->d_bufs, bytes, to_host(dv), dv->stream);
+    if (st == MR_OK) st = dv->be->stream_sync(dv->stream); /* the host side is free or complete on return */
+    return st;
+}
+
 mr_status tr_dev_push(trainer *t) {
     mr_status st = MR_OK;
     tr_device *dv = &t->dv;
@@ -152,6 +169,7 @@ mr_status tr_dev_push(trainer *t) {
     MR_TRY(dv->be->copy(dv->dev.index, dv->d_params, mr_params_buffer(t->ps), (size_t)t->n * sizeof(float), to_dev(dv),
                         dv->stream));
     MR_TRY(copy_optim(t, 1));
+    MR_TRY(tr_dev_bufs(t, 1));
     /* the host buffers may change as soon as we return */
     MR_TRY(dv->be->stream_sync(dv->stream));
 fail:
@@ -165,6 +183,7 @@ mr_status tr_dev_pull(trainer *t) {
     MR_TRY(dv->be->copy(dv->dev.index, mr_params_buffer(t->ps), dv->d_params, (size_t)t->n * sizeof(float),
                         to_host(dv), dv->stream));
     MR_TRY(copy_optim(t, 0));
+    MR_TRY(tr_dev_bufs(t, 0));
     MR_TRY(dv->be->stream_sync(dv->stream));
 fail:
     return st;

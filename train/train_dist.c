@@ -38,12 +38,18 @@ mr_status tr_replicas_start(trainer *t) {
         h = fnv(h, &sh.ndim, sizeof sh.ndim);
         h = fnv(h, sh.dim, sizeof(int64_t) * (size_t)sh.ndim);
     }
+    const mr_params *bufs = mr_params_bufs(t->ps);
+    for (int32_t i = 0; i < mr_params_count(bufs); i++) {
+        mr_shape sh = mr_params_shape(bufs, i);
+        h = fnv_str(h, mr_params_name(bufs, i));
+        h = fnv(h, sh.dim, sizeof(int64_t) * (size_t)sh.ndim);
+    }
     mine[H_PARAMS] = (int64_t)h;
     all = calloc((size_t)t->world * H_COUNT, sizeof *all);
     MR_CHECK(all, MR_ERR_NOMEM, "trainer: out of memory for the handshake");
     MR_TRY(mr_comm_allgather(t->comm, mine, all, H_COUNT, MR_I64));
     static const char *const what[H_COUNT] = {"mirror build (version)", "experiment configuration (YAML after --set)",
-                                              "model parameters (names and shapes)"};
+                                              "model parameters and buffers (names and shapes)"};
     static const char *const hint[H_COUNT] = {
         "install the same mirror build on every node", "launch every rank with the same config file and --set arguments",
         "launch every rank with the same model config and data (the data sets the input size and vocabulary)"};
@@ -61,6 +67,8 @@ mr_status tr_replicas_start(trainer *t) {
     /* replica 0's values everywhere (they agree already when seeded alike; a resumed or
      * init_from run relies on it less than on the file, but nothing may drift) */
     MR_TRY(mr_comm_broadcast(t->comm, mr_params_buffer(t->ps), t->n, MR_F32, 0));
+    if (mr_params_buffer_numel(bufs) > 0)
+        MR_TRY(mr_comm_broadcast(t->comm, mr_params_buffer(bufs), mr_params_buffer_numel(bufs), MR_F32, 0));
     for (int k = 0; k < mr_optim_num_slots(t->opt) && !t->zero; k++) /* a shard is each replica's own */
         MR_TRY(mr_comm_broadcast(t->comm, mr_optim_slot(t->opt, k), t->n, MR_F32, 0));
     if (t->rank == 0 && !t->c.quiet)
@@ -68,6 +76,17 @@ mr_status tr_replicas_start(trainer *t) {
                     mr_comm_backend_of(t->comm) == MR_COMM_MPI ? "mpi" : "local");
 fail:
     free(all);
+    return st;
+}
+
+mr_status tr_bufs_broadcast(trainer *t) {
+    mr_status st = MR_OK;
+    mr_params *bufs = mr_params_bufs(t->ps);
+    if (!t->comm || mr_params_buffer_numel(bufs) == 0) return MR_OK;
+    MR_TRY(tr_dev_bufs(t, 0));
+    MR_TRY(mr_comm_broadcast(t->comm, mr_params_buffer(bufs), mr_params_buffer_numel(bufs), MR_F32, 0));
+    MR_TRY(tr_dev_bufs(t, 1));
+fail:
     return st;
 }
 

@@ -32,6 +32,8 @@ typedef struct tr_device {
     const mr_backend *be;
     mr_stream *stream;
     float *d_params, *d_grads, *d_acc, *d_loss_scale;
+    float *d_bufs;          /* the model's buffers (mr_params_bufs: batch norm's running statistics) */
+    int64_t n_bufs;         /* their floats (mr_params_buffer_numel; 0: the model has none) */
     double *d_scratch;      /* MR_VEC_SCRATCH doubles (mr_vec_sumsq) */
     float loss_scale;       /* the value *d_loss_scale holds */
     mr_optim *opt;          /* the optimizer whose state is on dev */
@@ -92,9 +94,11 @@ mr_status tr_dev_init(trainer *t, int with_optim) MR_WUR;
 void tr_dev_free(trainer *t);
 /* With several replicas: the gradient communicator (NCCL over t->comm on a GPU). */
 mr_status tr_dev_comm(trainer *t) MR_WUR;
-/* Host shadow -> device (parameters, optimizer state and step count), and back. */
+/* Host shadow -> device (parameters, buffers, optimizer state and step count), and back. */
 mr_status tr_dev_push(trainer *t) MR_WUR;
 mr_status tr_dev_pull(trainer *t) MR_WUR;
+/* The buffers alone: host shadow -> device (push) or back. */
+mr_status tr_dev_bufs(trainer *t, int push) MR_WUR;
 /* Binds a batch to step s: the host pointers on the host path; copies into s's device buffers
  * (pinned staging, asynchronous on the stream) on the device path. */
 mr_status tr_dev_feed(tr_device *dv, mr_step *s, const void *x, const void *y) MR_WUR;
@@ -121,6 +125,12 @@ mr_status tr_load_params(mr_params *ps, const char *path, int foreign, int64_t *
  * replica, then a handshake comparing mirror's version, the experiment and the parameters' names
  * and shapes; a difference fails on every replica naming it and the replicas that differ. */
 mr_status tr_replicas_start(trainer *t) MR_WUR;
+
+/* Replica 0's buffers (batch norm's running statistics) to every replica, host and device: each
+ * replica normalises its own micro-batch, so their statistics drift apart; replica 0's are the
+ * model's (PyTorch DDP's broadcast_buffers). Collective over t->comm; a no-op without one or
+ * without buffers. */
+mr_status tr_bufs_broadcast(trainer *t) MR_WUR;
 
 /* ZeRO-1: this replica's shard (before the optimizer is made over zsh.len elements). */
 mr_status tr_zero_init(trainer *t) MR_WUR;
