@@ -361,7 +361,6 @@ void mr_train_request_stop(int signo) { g_stop_signal = signo > 0 ? signo : SIGT
 static void trainer_free(trainer *t) {
     mr_ddp_free(t->ddp);
     tr_dev_free(t);
-    free(t->h_acc);
     pipeline_free(&t->train);
     mr_optim_free(t->opt);
     mr_steps_free(t->steps);
@@ -369,33 +368,17 @@ static void trainer_free(trainer *t) {
     memset(t, 0, sizeof *t);
 }
 
-/* Where the step works (t->gdev, params, grads, acc, wopt): the device path's buffers, or the
- * registry's on the host path. */
-static mr_status bind_work(trainer *t) {
-    tr_device *dv = &t->dv;
-    if (dv->on) {
-        t->gdev = dv->dev;
-        t->gbe = dv->be;
-        t->stream = dv->stream;
-        t->params = dv->d_params;
-        t->grads = dv->d_grads;
-        t->acc = dv->d_acc;
-        t->d_scratch = dv->d_scratch;
-        t->wopt = dv->opt;
-        return MR_OK;
-    }
-    t->gdev = mr_device_cpu();
-    mr_status st = mr_backend_get(MR_DEVICE_CPU, &t->gbe);
-    if (st != MR_OK) return st;
-    t->params = mr_params_buffer(t->ps);
-    t->grads = mr_params_grad_buffer(t->ps);
-    t->wopt = t->opt;
-    if (t->c.accumulate > 1 && t->opt) {
-        t->h_acc = calloc((size_t)(t->n ? t->n : 1), sizeof *t->h_acc);
-        if (!t->h_acc) return mr_set_error(MR_ERR_NOMEM, "trainer: out of memory for the accumulation buffer");
-        t->acc = t->h_acc;
-    }
-    return MR_OK;
+/* Where the step works: t->dv's buffers (the device's, or the registry's on the host path). */
+static void bind_work(trainer *t) {
+    const tr_device *dv = &t->dv;
+    t->gdev = dv->dev;
+    t->gbe = dv->be;
+    t->stream = dv->stream;
+    t->params = dv->d_params;
+    t->grads = dv->d_grads;
+    t->acc = dv->d_acc;
+    t->d_scratch = dv->d_scratch;
+    t->wopt = dv->opt ? dv->opt : t->opt;
 }
 
 /* The model (fitted to the data), its compiled training step, initial parameters and the
@@ -427,21 +410,16 @@ static mr_status trainer_init(trainer *t, const mr_train_cfg *cfg, int with_opti
     MR_TRY(mr_steps_new(mr_model_step_build, &t->c.model, t->ps, MR_DEVICE_CPU, &t->steps));
     mr_steps_set_compute(t->steps, c->compute);
     mr_steps_set_allow_tf32(t->steps, c->allow_tf32);
-    const int device = c->device_kind == MR_DEVICE_CUDA || c->device_path;
-    if (device) {
-        /* the device buffers follow the registry's layout: register before the first compilation */
-        MR_TRY(mr_steps_register(t->steps, micro));
-        t->n = mr_params_buffer_numel(t->ps);
-        if (with_optim && c->shard_optimizer && t->world > 1) MR_TRY(tr_zero_init(t));
-        MR_TRY(tr_dev_init(t, with_optim));
-    }
-    mr_step *s = NULL;
-    MR_TRY(mr_steps_get(t->steps, micro, 1, &s)); /* registers and allocates the parameters */
-    MR_TRY(mr_params_init(t->ps, c->seed));
+    /* the step's buffers follow the registry's layout: register before the first compilation */
+    MR_TRY(mr_steps_register(t->steps, micro));
     t->n = mr_params_buffer_numel(t->ps);
-    if (!device && with_optim && c->shard_optimizer && t->world > 1) MR_TRY(tr_zero_init(t));
+    if (with_optim && c->shard_optimizer && t->world > 1) MR_TRY(tr_zero_init(t));
+    MR_TRY(tr_dev_init(t, with_optim));
+    mr_step *s = NULL;
+    MR_TRY(mr_steps_get(t->steps, micro, 1, &s));
+    MR_TRY(mr_params_init(t->ps, c->seed));
     if (with_optim) MR_TRY(mr_optim_new(&c->optim, t->zero ? t->zsh.len : t->n, &t->opt));
-    MR_TRY(bind_work(t));
+    bind_work(t);
     MR_TRY(tr_dev_push(t)); /* the same initial weights as on the host, whatever the device */
     t->scaling = c->loss_scaling > 0 || (c->loss_scaling == 0 && c->compute == MR_F16);
     t->scaler = c->loss_scaler.scale > 0 ? c->loss_scaler : mr_loss_scaler_default();

@@ -52,11 +52,24 @@ static void host_free(tr_device *dv, void *p) {
     else free(p);
 }
 
+/* The host path: the step's buffers are the registry's own (allocated by mr_steps_register), the
+ * optimizer is the host one (t->opt), only the accumulation buffer is new. */
+static mr_status alias_registry(trainer *t) {
+    tr_device *dv = &t->dv;
+    dv->dev = mr_device_cpu();
+    mr_status st = mr_backend_get(MR_DEVICE_CPU, &dv->be);
+    dv->d_params = mr_params_buffer(t->ps);
+    dv->d_grads = mr_params_grad_buffer(t->ps);
+    if (st == MR_OK && t->c.accumulate > 1)
+        st = dev_alloc(dv, (size_t)(t->n ? t->n : 1) * sizeof(float), (void **)&dv->d_acc);
+    return st;
+}
+
 mr_status tr_dev_init(trainer *t, int with_optim) {
     mr_status st = MR_OK;
     const mr_train_cfg *c = &t->c;
     tr_device *dv = &t->dv;
-    if (c->device_kind != MR_DEVICE_CUDA && !c->device_path) return MR_OK;
+    if (c->device_kind != MR_DEVICE_CUDA && !c->device_path) return alias_registry(t);
     MR_CHECK(!t->zero, MR_ERR_UNSUPPORTED,
              "distribute.shard_optimizer: not available on GPU replicas yet; HINT: set shard_optimizer: false");
     dv->on = 1;
@@ -110,9 +123,13 @@ void tr_dev_free(trainer *t) {
         host_free(dv, dv->in[i].h_y);
     }
     free(dv->h_read);
+    dv->be->free(dv->dev.index, dv->d_acc);
+    if (!dv->on) { /* the host path: the rest is the registry's */
+        memset(dv, 0, sizeof *dv);
+        return;
+    }
     dv->be->free(dv->dev.index, dv->d_params);
     dv->be->free(dv->dev.index, dv->d_grads);
-    dv->be->free(dv->dev.index, dv->d_acc);
     dv->be->free(dv->dev.index, dv->d_loss_scale);
     dv->be->free(dv->dev.index, dv->d_bufs);
     dv->be->free(dv->dev.index, dv->d_scratch);

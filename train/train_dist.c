@@ -121,7 +121,7 @@ mr_status tr_ddp_new(trainer *t, const mr_step *s) {
     const int no_exchange = t->comm && bench && !strcmp(bench, "1");
     if (no_exchange && t->rank == 0) mr_log_warn("MIRROR_BENCH_NO_ALLREDUCE=1: replicas do not exchange gradients");
     mr_ddp_cfg dc = {.comm = t->comm,
-                     .gcomm = t->dv.on ? t->dv.gcomm : t->comm,
+                     .gcomm = t->dv.gcomm, /* NULL on the host path: comm */
                      .dev = t->gdev,
                      .stream = t->stream,
                      .grads = t->grads,

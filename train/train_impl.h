@@ -15,9 +15,12 @@ typedef struct tr_pipeline {
     mr_data_iter *it;
 } tr_pipeline;
 
-/* The device path (mr_train_cfg.device_kind / device_path): parameters, gradients and optimizer
- * state live on `dev`; the registry's host buffers and t->opt are a shadow copy, refreshed for
- * checkpoints (tr_dev_pull) and copied back after a load or a broadcast (tr_dev_push). */
+/* Where one replica's step works. The device path (mr_train_cfg.device_kind / device_path, on):
+ * parameters, gradients, buffers and optimizer state live on `dev`; the registry's host buffers
+ * and t->opt are a shadow copy, refreshed for checkpoints (tr_dev_pull) and copied back after a
+ * load or a broadcast (tr_dev_push). The host path (on 0): dev is the CPU and d_params, d_grads
+ * are the registry's own buffers (no copies: push and pull do nothing, batches are bound, not
+ * copied), the optimizer is t->opt; the step code is the same. */
 #define TR_DEV_MAX_STEPS 8
 typedef struct tr_dev_inputs {
     const mr_step *s;     /* the compiled step these buffers feed */
@@ -73,23 +76,23 @@ typedef struct trainer {
     int zero;
     mr_ddp_shard zsh;
     mr_ddp *ddp;            /* the gradient exchange over comm (single mode without one) */
-    /* Where the step works: the device path's buffers (dv) or the registry's on the host path;
-     * gdev is the CPU on the host path (the vector kernels of core/vec.h give the host loops'
-     * bits there), stream and d_scratch NULL. acc: the accumulation buffer (accumulate > 1). */
+    /* Where the step works (t->dv's): gdev is the CPU on the host path (the vector kernels of
+     * core/vec.h give the host loops' bits there), stream and d_scratch NULL. acc: the
+     * accumulation buffer (accumulate > 1). */
     mr_device gdev;
     const mr_backend *gbe;
     mr_stream *stream;
-    float *params, *grads, *acc, *h_acc;
+    float *params, *grads, *acc;
     double *d_scratch;
     mr_optim *wopt;
-    tr_device dv;           /* the device path (dv.on) */
+    tr_device dv;           /* where the step works: the device path (dv.on) or the registry */
 } trainer;
 
 /* ---- the device path (train_device.c) ---- */
 /* Sets up t->dv for c->device_kind / c->device_path: picks the GPU, makes the stream, allocates
  * the parameter, gradient and scale buffers, points the steps at them (before any compilation;
  * the registry must be registered and allocated) and makes the device optimizer (with_optim).
- * A no-op on the host path. */
+ * On the host path: t->dv points at the registry's buffers (and an accumulation buffer). */
 mr_status tr_dev_init(trainer *t, int with_optim) MR_WUR;
 void tr_dev_free(trainer *t);
 /* With several replicas: the gradient communicator (NCCL over t->comm on a GPU). */
