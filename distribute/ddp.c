@@ -110,8 +110,8 @@ mr_status mr_ddp_new(const mr_ddp_cfg *c, mr_ddp **out) {
         MR_CHECK(c->dev.kind == MR_DEVICE_CPU, MR_ERR_INVALID,
                  "distribute.shard_optimizer: not available on GPU replicas yet; HINT: set shard_optimizer: false");
         d->sh = mr_ddp_shard_of(c->n, d->world, d->rank);
-        MR_CHECK(d->sh.len > 0, MR_ERR_INVALID, "distribute.shard_optimizer: %lld parameters do not shard over %d replicas",
-                 (long long)c->n, d->world);
+        MR_CHECK(d->sh.len > 0, MR_ERR_INVALID,
+                 "distribute.shard_optimizer: %lld parameters do not shard over %d replicas", (long long)c->n, d->world);
         d->zbuf = calloc((size_t)(d->sh.stride * d->world), sizeof(float));
         d->zshard = calloc((size_t)d->sh.stride, sizeof(float));
         MR_CHECK(d->zbuf && d->zshard, MR_ERR_NOMEM, "ddp: out of memory for the optimizer shard");

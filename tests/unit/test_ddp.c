@@ -29,7 +29,8 @@ static mr_status backward(void *ctx, int32_t first, int32_t last) {
     replica *r = ctx;
     for (int32_t k = first; k < last; k++) {
         const int p = NP - 1 - k;
-        for (int i = 0; i < PN; i++) r->grads[p * PN + i] = (float)(mr_comm_rank(r->comm) + 1) * (0.1f + 0.37f * (float)i);
+        const float w = (float)(mr_comm_rank(r->comm) + 1);
+        for (int i = 0; i < PN; i++) r->grads[p * PN + i] = w * (0.1f + 0.37f * (float)i);
         r->ran[r->n_ran++] = k;
     }
     return MR_OK;
