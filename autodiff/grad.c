@@ -237,6 +237,26 @@ static void rule_layernorm(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
     for (int i = 0; i < 3; i++) acc(c, nd->in[i], outs[i]);
 }
 
+/* BATCHNORM: (dy, x, gamma, mean, var) -> dx, dgamma, dbeta, each only when needed. mean and var
+ * are the forward's outputs 1 and 2 in training (BATCHNORM_BWD then differentiates through the
+ * batch statistics) and its running_mean and running_var inputs in evaluation (constants). */
+static void rule_batchnorm(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
+    const int training = nd->p.batchnorm.training;
+    int32_t x = nd->in[0], gamma = nd->in[1], beta = nd->in[2];
+    if (!training && (is_active(c, nd->in[3]) || is_active(c, nd->in[4]))) {
+        mr_graph_fail(c->g, MR_ERR_INVALID,
+                      "mr_graph_grad: batchnorm in evaluation has no gradient for its running statistics");
+        return;
+    }
+    mr_val in[5] = {dy, V(x), V(gamma), V(training ? nd->out[1] : nd->in[3]), V(training ? nd->out[2] : nd->in[4])};
+    mr_val outs[3];
+    /* dgamma/dbeta are shaped like gamma/beta; an absent one's slot is left out and `like` unused */
+    int32_t like[3] = {x, gamma ? gamma : x, beta ? beta : x};
+    int want[3] = {is_active(c, x), is_active(c, gamma), is_active(c, beta)};
+    bwd_node(c, MR_OP_BATCHNORM_BWD, in, 5, &nd->p, like, want, 3, outs);
+    for (int i = 0; i < 3; i++) acc(c, nd->in[i], outs[i]);
+}
+
 /* EMBEDDING: (ids, dy) -> dtable (scatter-add); ids get nothing. */
 static void rule_embedding(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
     mr_val in[2] = {V(nd->in[1]), dy}, dt;
@@ -401,7 +421,7 @@ static void backward_node(grad_ctx *c, int32_t ni) {
     mr_gnode nd = c->g->nodes[ni]; /* a copy: building appends to g->nodes */
     const mr_op_info *info = mr_op_get(nd.op);
     const char *name = info ? info->name : "?";
-    /* every rule differentiates output 0 only; the other outputs (probs, mean/rstd, argmax) are
+    /* every rule differentiates output 0 only; the other outputs (probs, mean/rstd, mean/var, argmax) are
      * saved state, and a loss that depends on them has no rule here */
     for (int k = 1; k < nd.n_out; k++)
         if (is_active(c, nd.out[k])) {
@@ -426,6 +446,7 @@ static void backward_node(grad_ctx *c, int32_t ni) {
     case MR_OP_SOFTMAX: case MR_OP_LOG_SOFTMAX: rule_softmax(c, &nd, dy); break;
     case MR_OP_SOFTMAX_XENT: rule_xent(c, &nd, dy); break;
     case MR_OP_LAYERNORM: rule_layernorm(c, &nd, dy); break;
+    case MR_OP_BATCHNORM: rule_batchnorm(c, &nd, dy); break;
     case MR_OP_EMBEDDING: rule_embedding(c, &nd, dy); break;
     case MR_OP_CONV2D: rule_conv2d(c, &nd, dy); break;
     case MR_OP_MAXPOOL2D: rule_maxpool(c, &nd, dy); break;

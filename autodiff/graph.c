@@ -400,6 +400,29 @@ mr_val mr_graph_layernorm(mr_graph *g, mr_val x, mr_val gamma, mr_val beta, doub
     return out[0];
 }
 
+mr_val mr_graph_batchnorm(mr_graph *g, mr_val x, mr_val gamma, mr_val beta, mr_val running_mean,
+                          mr_val running_var, double eps, int training, mr_val *mean, mr_val *var) {
+    if (mean) *mean = MR_VAL_NONE;
+    if (var) *var = MR_VAL_NONE;
+    if (!ok_val(g, x, "batchnorm", "x")) return MR_VAL_NONE;
+    mr_shape s = g->vals[x.id].shape;
+    mr_shape sc = mr_shape_1d(s.ndim >= 2 ? s.dim[1] : 0);
+    int dt = (int)g->vals[x.id].dtype;
+    /* evaluation leaves the mean and var outputs out: they would only copy the running ones */
+    int d[3] = {dt, training ? dt : -1, training ? dt : -1};
+    mr_shape os[3] = {s, sc, sc};
+    mr_op_params p;
+    memset(&p, 0, sizeof p);
+    p.batchnorm.eps = eps;
+    p.batchnorm.training = training ? 1 : 0;
+    mr_val in[5] = {x, gamma, beta, training ? MR_VAL_NONE : running_mean, training ? MR_VAL_NONE : running_var};
+    mr_val out[3];
+    if (mr_graph_node(g, MR_OP_BATCHNORM, in, 5, &p, d, os, 3, out) != MR_OK) return MR_VAL_NONE;
+    if (mean) *mean = out[1];
+    if (var) *var = out[2];
+    return out[0];
+}
+
 mr_val mr_graph_embedding(mr_graph *g, mr_val table, mr_val ids) {
     if (!ok_val(g, table, "embedding", "table") || !ok_val(g, ids, "embedding", "ids")) return MR_VAL_NONE;
     mr_shape s = g->vals[ids.id].shape, st = g->vals[table.id].shape;

@@ -117,6 +117,15 @@ mr_val mr_graph_log_softmax(mr_graph *g, mr_val x);
 mr_val mr_graph_softmax_xent(mr_graph *g, mr_val logits, mr_val labels, int64_t ignore_index);
 /* y = layernorm(x) * gamma + beta over the last axis. */
 mr_val mr_graph_layernorm(mr_graph *g, mr_val x, mr_val gamma, mr_val beta, double eps);
+/* Batch norm over every dim but dim 1 as one node (core/ops.h MR_OP_BATCHNORM): x (N, C, ...)
+ * of rank >= 2, gamma and beta (C) or MR_VAL_NONE (1 and 0). training: y uses the batch mean and
+ * biased variance, which *mean and *var receive (C values each; either pointer may be NULL);
+ * running_mean and running_var are not used (pass MR_VAL_NONE). Evaluation: y uses running_mean
+ * and running_var (C), and *mean, *var are set to MR_VAL_NONE. The gradient reaches x, gamma and
+ * beta; mean and var are not differentiated (saved state for the backward and for updating the
+ * running statistics: autodiff/nn.c mr_nn_batchnorm). Returns y. */
+mr_val mr_graph_batchnorm(mr_graph *g, mr_val x, mr_val gamma, mr_val beta, mr_val running_mean,
+                          mr_val running_var, double eps, int training, mr_val *mean, mr_val *var);
 mr_val mr_graph_embedding(mr_graph *g, mr_val table, mr_val ids);
 /* bias may be MR_VAL_NONE. */
 mr_val mr_graph_conv2d(mr_graph *g, mr_val x, mr_val w, mr_val bias, int stride, int pad);

@@ -396,6 +396,33 @@ static mr_val batch_mean(mr_nn *nn, mr_val x, uint32_t axes, int64_t count) {
     return mr_graph_scale(nn->g, sum, 1.0 / ((double)count * (double)nn->sync->replicas));
 }
 
+/* After a training run: running = (1 - momentum) running + momentum * batch, with the unbiased
+ * variance var * n / (n - 1) (n values a channel, over every replica), and num_batches_tracked += 1
+ * (PyTorch's BatchNorm). mean and var are the batch statistics (C). */
+static void update_running(mr_nn *nn, mr_val rm, mr_val rv, mr_val nbt, mr_val mean, mr_val var, double momentum,
+                           double n) {
+    mr_graph *g = nn->g;
+    const double unbias = n > 1 ? n / (n - 1) : 1.0;
+    mr_val rm_new = mr_graph_add(g, mr_graph_scale(g, rm, 1.0 - momentum), mr_graph_scale(g, mean, momentum));
+    mr_val rv_new = mr_graph_add(g, mr_graph_scale(g, rv, 1.0 - momentum), mr_graph_scale(g, var, momentum * unbias));
+    mr_val nbt_new = mr_graph_add(g, mr_graph_scale(g, nbt, 1.0),
+                                  mr_graph_fill(g, mr_graph_dtype(g, nbt), mr_shape_make(0, NULL), 1.0));
+    mr_nn_buffer_update(nn, rm, rm_new);
+    mr_nn_buffer_update(nn, rv, rv_new);
+    mr_nn_buffer_update(nn, nbt, nbt_new);
+}
+
+/* The weight and bias of an affine batch norm (MR_VAL_NONE for both when not affine). */
+static void bn_affine(mr_nn *nn, const char *name, int64_t C, int affine, mr_val *w, mr_val *b) {
+    char pn[MR_NAME_MAX];
+    *w = *b = MR_VAL_NONE;
+    if (!affine) return;
+    snprintf(pn, sizeof pn, "%s.weight", name);
+    *w = mr_nn_param(nn, pn, mr_shape_1d(C), MR_INIT_ONES, 0);
+    snprintf(pn, sizeof pn, "%s.bias", name);
+    *b = mr_nn_param(nn, pn, mr_shape_1d(C), MR_INIT_ZEROS, 0);
+}
+
 mr_val mr_nn_batchnorm(mr_nn *nn, const char *name, mr_val x, double momentum, double eps, int affine) {
     mr_graph *g = nn->g;
     if (g->err != MR_OK) return MR_VAL_NONE;
@@ -417,22 +444,23 @@ mr_val mr_nn_batchnorm(mr_nn *nn, const char *name, mr_val x, double momentum, d
     mr_val rv = mr_nn_buffer(nn, pn, mr_shape_1d(C), MR_INIT_ONES);
     snprintf(pn, sizeof pn, "%s.num_batches_tracked", name);
     mr_val nbt = mr_nn_buffer(nn, pn, mr_shape_make(0, NULL), MR_INIT_ZEROS);
+    if (!nn->sync) {
+        /* one fused node (MR_OP_BATCHNORM) whose mean and var outputs feed the running statistics */
+        mr_val w, b, mean, var;
+        bn_affine(nn, name, C, affine, &w, &b);
+        mr_val y = mr_graph_batchnorm(g, x, w, b, rm, rv, eps, nn->training, &mean, &var);
+        if (nn->training) update_running(nn, rm, rv, nbt, mean, var, momentum, (double)count);
+        return y;
+    }
+    /* synchronised: composed from reductions, so the hook can sum each over the replicas */
     mr_val xc, var;
     if (nn->training) {
         mr_val mean = batch_mean(nn, x, axes, count);   /* (1, C, 1, 1) */
         xc = mr_graph_sub(g, x, mean);
         var = batch_mean(nn, mr_graph_mul(g, xc, xc), axes, count); /* biased */
-        const double n = (double)count * (nn->sync ? (double)nn->sync->replicas : 1.0);
-        const double unbias = n > 1 ? n / (n - 1) : 1.0;
-        mr_val m1 = mr_graph_reshape(g, mean, mr_shape_1d(C)), v1 = mr_graph_reshape(g, var, mr_shape_1d(C));
-        mr_val rm_new = mr_graph_add(g, mr_graph_scale(g, rm, 1.0 - momentum), mr_graph_scale(g, m1, momentum));
-        mr_val rv_new =
-            mr_graph_add(g, mr_graph_scale(g, rv, 1.0 - momentum), mr_graph_scale(g, v1, momentum * unbias));
-        mr_val nbt_new = mr_graph_add(g, mr_graph_scale(g, nbt, 1.0),
-                                      mr_graph_fill(g, mr_graph_dtype(g, nbt), mr_shape_make(0, NULL), 1.0));
-        mr_nn_buffer_update(nn, rm, rm_new);
-        mr_nn_buffer_update(nn, rv, rv_new);
-        mr_nn_buffer_update(nn, nbt, nbt_new);
+        const double n = (double)count * (double)nn->sync->replicas;
+        update_running(nn, rm, rv, nbt, mr_graph_reshape(g, mean, mr_shape_1d(C)),
+                       mr_graph_reshape(g, var, mr_shape_1d(C)), momentum, n);
     } else {
         xc = mr_graph_sub(g, x, channel_view(g, rm, s.ndim));
         var = channel_view(g, rv, s.ndim);
@@ -441,10 +469,8 @@ mr_val mr_nn_batchnorm(mr_nn *nn, const char *name, mr_val x, double momentum, d
                                                                                    mr_graph_shape(g, var), eps)));
     mr_val y = mr_graph_div(g, xc, den);
     if (affine) {
-        snprintf(pn, sizeof pn, "%s.weight", name);
-        mr_val w = mr_nn_param(nn, pn, mr_shape_1d(C), MR_INIT_ONES, 0);
-        snprintf(pn, sizeof pn, "%s.bias", name);
-        mr_val b = mr_nn_param(nn, pn, mr_shape_1d(C), MR_INIT_ZEROS, 0);
+        mr_val w, b;
+        bn_affine(nn, name, C, affine, &w, &b);
         y = mr_graph_add(g, mr_graph_mul(g, y, channel_view(g, w, s.ndim)), channel_view(g, b, s.ndim));
     }
     return y;

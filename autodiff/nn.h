@@ -118,8 +118,9 @@ mr_val mr_nn_conv2d(mr_nn *nn, const char *name, mr_val x, int64_t out, int k, i
  * scalar, 0). Training (nn->training): normalises by the batch's mean and biased variance and
  * updates the running estimates, r = (1 - momentum) r + momentum s with the unbiased variance;
  * with nn->sync set the statistics are those of the global batch over every replica. Evaluation:
- * normalises by the running estimates. Composed from the reduce and elementwise ops, so every
- * backend and the gradient come with them. */
+ * normalises by the running estimates. Without nn->sync one MR_OP_BATCHNORM node (its mean and var
+ * outputs feed the running estimates); with it, composed from the reduce and elementwise ops with
+ * the hook summing each statistic over the replicas. */
 mr_val mr_nn_batchnorm(mr_nn *nn, const char *name, mr_val x, double momentum, double eps, int affine);
 /* LayerNorm over the last dim: weight (ones) and bias (zeros) [D], eps 1e-5. */
 mr_val mr_nn_layernorm(mr_nn *nn, const char *name, mr_val x);

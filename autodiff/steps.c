@@ -26,6 +26,7 @@ struct mr_steps {
     mr_stream *stream;
     float *d_params, *d_grads, *d_loss_scale;
     float *d_bufs; /* the buffers on the device (mr_steps_set_device_bufs); NULL: none set */
+    const mr_hook *sync; /* batch norm's statistics over the replicas (mr_steps_set_sync) */
     mr_step **steps;
     int n, cap, compilations;
 };
@@ -85,6 +86,8 @@ mr_status mr_steps_set_device_bufs(mr_steps *s, float *d_bufs) {
     s->d_bufs = d_bufs;
     return MR_OK;
 }
+
+void mr_steps_set_sync(mr_steps *s, const mr_hook *sync) { s->sync = sync; }
 
 mr_status mr_steps_register(mr_steps *s, int64_t batch) {
     mr_status st = MR_OK;
@@ -187,6 +190,7 @@ static mr_status compile(mr_steps *s, int64_t batch, int train, mr_step **out) {
     nn.dtype = MR_F32;
     nn.compute = s->compute;
     nn.training = train;
+    nn.sync = s->sync;
     MR_TRY(s->build(s->ctx, &nn, batch, &step->io));
     MR_TRY(mr_graph_status(step->g));
     int32_t np = mr_graph_num_params(step->g);

@@ -80,6 +80,11 @@ mr_status mr_steps_set_device(mr_steps *s, mr_device dev, mr_stream *stream, flo
  * first compilation. Training steps update it in place; the caller copies it in and out. */
 mr_status mr_steps_set_device_bufs(mr_steps *s, float *d_bufs) MR_WUR;
 
+/* Later compilations give the models' synchronised batch-norm layers (sync: true) this hook to sum
+ * their statistics over the replicas (distribute/sync_hook.h; borrowed, it must outlive the
+ * steps). NULL (the default): every batch norm normalises this replica's micro-batch. */
+void mr_steps_set_sync(mr_steps *s, const mr_hook *sync);
+
 /* Later compilations let f32 GEMMs use TF32 on a GPU (mr_graph_set_allow_tf32). */
 void mr_steps_set_allow_tf32(mr_steps *s, int on);
 

@@ -49,6 +49,7 @@ static double train_flops(const mr_model_cfg *c, int64_t nparams) {
         double T = (double)c->context;
         return T * (6.0 * (double)nparams + 12.0 * (double)c->layers * T * (double)c->embd);
     }
+    case MR_MODEL_GRAPH: return 0; /* not counted (the runs here are the reference workloads) */
     }
     return 0;
 }

@@ -57,6 +57,8 @@ static const mr_op_info g_ops[MR_OP_COUNT] = {
     OP(MR_OP_SOFTMAX_XENT_BWD, "softmax_xent_bwd", 3, 1, MR_OP_SOFTMAX_XENT, xent_bwd, NULL, CUDA_FN(mr_xent_bwd_cuda)),
     OP(MR_OP_LAYERNORM, "layernorm", 3, 3, MR_OP_NONE, layernorm_fwd, NULL, CUDA_FN(mr_layernorm_fwd_cuda)),
     OP(MR_OP_LAYERNORM_BWD, "layernorm_bwd", 5, 3, MR_OP_LAYERNORM, layernorm_bwd, NULL, CUDA_FN(mr_layernorm_bwd_cuda)),
+    OP(MR_OP_BATCHNORM, "batchnorm", 5, 3, MR_OP_NONE, batchnorm_fwd, NULL, CUDA_FN(mr_batchnorm_fwd_cuda)),
+    OP(MR_OP_BATCHNORM_BWD, "batchnorm_bwd", 5, 3, MR_OP_BATCHNORM, batchnorm_bwd, NULL, CUDA_FN(mr_batchnorm_bwd_cuda)),
     OP(MR_OP_EMBEDDING, "embedding", 2, 1, MR_OP_NONE, embedding_fwd, NULL, CUDA_FN(mr_embedding_fwd_cuda)),
     OP(MR_OP_EMBEDDING_BWD, "embedding_bwd", 2, 1, MR_OP_EMBEDDING, embedding_bwd, mr_embedding_bwd_workspace,
        CUDA_FN(mr_embedding_bwd_cuda)),

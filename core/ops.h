@@ -74,6 +74,22 @@ typedef enum mr_op_id {
     MR_OP_LAYERNORM,
     /* in: x, gamma, mean, rstd, dy; out: dx, dgamma, dbeta (dgamma/dbeta optional). */
     MR_OP_LAYERNORM_BWD,
+    /* Batch norm, statistics per channel (dim 1) over every other dim: x (N,C,S...) of rank >= 2,
+     * M = numel(x)/C elements per channel. in: x, gamma (C) optional, beta (C) optional,
+     * running_mean (C), running_var (C); out: y (x's shape), mean (C), var (C).
+     * p.batchnorm.training: mean and var receive the batch mean and the BIASED batch variance
+     * (computed stably, M >= 1) and y = (x - mean) / sqrt(var + eps) * gamma + beta; the running
+     * statistics are not read (may be absent). Evaluation: y uses running_mean and running_var
+     * (required); mean and var are optional and, when given, receive copies of them. An absent
+     * gamma counts as 1, an absent beta as 0. Updating the running statistics is the caller's
+     * (autodiff/nn.c mr_nn_batchnorm). */
+    MR_OP_BATCHNORM,
+    /* in: dy, x, gamma (optional: 1), mean, var (the forward's outputs in training, the running
+     * statistics in evaluation); out: dx, dgamma, dbeta (each optional). Same p.batchnorm as the
+     * forward. With xhat = (x - mean) * rstd, rstd = 1/sqrt(var + eps): training
+     * dx = gamma*rstd/M * (M*dy - sum(dy) - xhat*sum(dy*xhat)) (the statistics depend on x);
+     * evaluation dx = dy*gamma*rstd; dgamma = sum(dy*xhat), dbeta = sum(dy), sums per channel. */
+    MR_OP_BATCHNORM_BWD,
     /* Embedding gather. in: table (V,D), ids (...) i32; out: y (..., D). Ids outside [0,V) are
      * an error. */
     MR_OP_EMBEDDING,
@@ -182,6 +198,7 @@ typedef union mr_op_params {
     double scale;                     /* SCALE, SCALE_BWD: alpha */
     struct { int64_t ignore_index; } xent;
     struct { double eps; } layernorm;
+    struct { double eps; int training; } batchnorm;
     struct { int causal; } softmax;
     mr_conv_params conv;
     mr_pool_params pool;

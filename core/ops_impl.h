@@ -29,6 +29,8 @@ MR_DECLARE_KERNELS(xent_fwd)           /* SOFTMAX_XENT: softmax_{ref,cpu}.c */
 MR_DECLARE_KERNELS(xent_bwd)
 MR_DECLARE_KERNELS(layernorm_fwd)      /* layernorm_{ref,cpu}.c */
 MR_DECLARE_KERNELS(layernorm_bwd)
+MR_DECLARE_KERNELS(batchnorm_fwd)      /* batchnorm_{ref,cpu}.c */
+MR_DECLARE_KERNELS(batchnorm_bwd)
 MR_DECLARE_KERNELS(embedding_fwd)      /* embedding_{ref,cpu}.c */
 MR_DECLARE_KERNELS(embedding_bwd)
 MR_DECLARE_KERNELS(conv2d_fwd)         /* conv_{ref,cpu}.c */

@@ -766,6 +766,22 @@ static mr_status check_impl(const mr_experiment *e, const char *origin, const ke
         if (d->source != MR_SRC_IDX && !d->path[0])
             return perr(MR_ERR_INVALID, P(nm), "%s.path: missing required value for source %s", nm, SOURCES[d->source]);
     }
+    /* What the trainer cannot run yet, on the final values (mr_experiment_check: after --set, which
+     * may still change the source; parsing alone accepts the document). An hdf5 source would leave
+     * x_dataset/y_dataset unread; an evaluation source of another kind than the training data
+     * would not be read at all (a classifier evaluates on idx, a language model on the training
+     * source's kind). */
+    for (int i = 0; final && i < 2; i++) {
+        const char *key = i ? "data.eval.source" : "data.train.source";
+        if (ds[i]->source == MR_SRC_HDF5)
+            return perr(MR_ERR_UNSUPPORTED, P(key), "%s: hdf5 is not read by the trainer yet (x_dataset/y_dataset would be "
+                        "ignored); HINT: convert the data to idx or tokens files and set %s to idx, tokens or text", key, key);
+    }
+    if (final && e->data.eval.source != MR_SRC_NONE && e->data.eval.source != e->data.train.source)
+        return perr(MR_ERR_INVALID, P("data.eval.source"), "data.eval.source: must be the training source's kind (%s) or none, "
+                    "got %s (the trainer reads evaluation data of the training data's kind only); HINT: set "
+                    "data.eval.source: %s with files of that kind, or leave data.eval out",
+                    SOURCES[e->data.train.source], SOURCES[e->data.eval.source], SOURCES[e->data.train.source]);
     if (e->model.type == MR_MODEL_CNN && e->model.graph.n_input && e->model.graph.n_input != 3)
         return perr(MR_ERR_INVALID, P("model.input"), "model.input: a cnn takes [channels, height, width], got %d dims",
                     e->model.graph.n_input);

@@ -148,7 +148,10 @@ mr_status mr_experiment_set(mr_experiment *e, const char *assignment) MR_WUR;
  * precision.loss_scale without mixed_float16, ...) is an error; a key of the file that a --set
  * override made pointless (--set model.type=mlp on a cnn file) is dropped with a warning. Errors
  * name where the key was given: "<file>:<line>:<col>: " (positions from e->yaml_text), "--set: ",
- * or "<origin>: " for a key given nowhere (a missing required value). */
+ * or "<origin>: " for a key given nowhere (a missing required value). Here only, not while parsing
+ * (the document is valid; the trainer cannot run it yet): an hdf5 source (MR_ERR_UNSUPPORTED, its
+ * x_dataset/y_dataset would go unread) and an evaluation source of another kind than the training
+ * source (MR_ERR_INVALID, it would not be read). */
 mr_status mr_experiment_check(const mr_experiment *e, const char *origin) MR_WUR;
 
 /* The resolved config as YAML (caller frees *yaml_out with free()): only the keys that apply to
@@ -159,6 +162,17 @@ mr_status mr_experiment_to_yaml(const mr_experiment *e, char **yaml_out) MR_WUR;
 
 /* FNV-1a 64 of to_yaml's text: equal configs hash equal on every machine; yaml_text is ignored. */
 mr_status mr_experiment_hash(const mr_experiment *e, uint64_t *out) MR_WUR;
+
+struct mr_train_cfg; /* train/train.h */
+
+/* The trainer's view of a checked experiment (launch/config_train.c): every field of *out is set
+ * from e (mr_train_cfg_default plays no part: the CLI's defaults are mr_experiment_default's) or
+ * to a stated constant. run_dir is the run directory (metrics, checkpoints; NULL: no files);
+ * checkpoint.dir is the caller's to pass. Left for the caller: quiet, comm, config_text. *out
+ * points into e (the data paths, checkpoint.resume, init_from): e must outlive it.
+ * MR_ERR_INVALID for a device list the trainer cannot use (naming distribute.devices or
+ * distribute.backend), MR_ERR_UNSUPPORTED for a data source it cannot read. */
+mr_status mr_experiment_train_cfg(const mr_experiment *e, const char *run_dir, struct mr_train_cfg *out) MR_WUR;
 
 /* Expands base's sweep into *n trials (caller frees with mr_sweep_free(*trials, *n)). Each trial
  * is base with the sweep section cleared and its params applied through the --set code.

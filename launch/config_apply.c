@@ -35,6 +35,11 @@ int mr_cfg_unused(const mr_experiment *e, const field *f, char *why, size_t cap)
     if (!strncmp(path, "model.", 6)) {
         int t = (int)e->model.type;
         const char *const *types = names_of("model.type");
+        if (e->model.type == MR_MODEL_GRAPH && !e->model.graph.tokens && (!strcmp(leaf, "vocab") || !strcmp(leaf, "context"))) {
+            snprintf(why, cap, "with model.input %s (only a language model, model.input: tokens, uses it)",
+                     e->model.graph.n_input ? "a sample shape" : "not given");
+            return 1;
+        }
         return unused_by(leaf, "sizes", types, t, "mlp", "model.type", why, cap) ||
                unused_by(leaf, "channels hidden classes", types, t, "cnn", "model.type", why, cap) ||
                unused_by(leaf, "input", types, t, "cnn graph", "model.type", why, cap) ||
@@ -53,6 +58,10 @@ int mr_cfg_unused(const mr_experiment *e, const field *f, char *why, size_t cap)
         }
         if (!train && !strcmp(leaf, "shuffle")) {
             snprintf(why, cap, "(evaluation reads its data in order)");
+            return 1;
+        }
+        if (!train && !strcmp(leaf, "token_bytes")) { /* the evaluation source is of the training kind */
+            snprintf(why, cap, "(evaluation tokens are read with data.train.token_bytes)");
             return 1;
         }
         if (d->source == MR_SRC_NONE) {

@@ -148,12 +148,6 @@ static mr_status load(int argc, char **argv, int first, mr_experiment *e) {
     return mr_experiment_check(e, argv[first - 1]);
 }
 
-/* Returns an error with a message when `cond` is false (functions without a cleanup label). */
-#define MR_CHECK_RET(cond, code, ...)                                                           \
-    do {                                                                                        \
-        if (!(cond)) return mr_set_error((code), __VA_ARGS__);                                  \
-    } while (0)
-
 /* The model summary of an experiment for one replica's micro-batch (train.batch over train.accumulate
  * and the devices listed; an MPI job divides it further by its ranks). */
 static mr_status print_summary(const mr_experiment *e, FILE *out) {
@@ -165,125 +159,6 @@ static mr_status print_summary(const mr_experiment *e, FILE *out) {
                                                                          : MR_F32;
     const int slots = e->optimizer.type == MR_OPTIM_SGD ? (e->optimizer.momentum > 0) : 2;
     return mr_model_summary(&e->model, micro > 0 ? micro : 1, compute, slots, out);
-}
-
-/* The trainer's view of an experiment; MR_ERR_UNSUPPORTED for what the trainer cannot do yet. */
-static mr_status to_train_cfg(const mr_experiment *e, const char *run_dir, mr_train_cfg *c) {
-    *c = mr_train_cfg_default();
-    c->model = e->model;
-    c->optim = mr_optim_cfg_default((mr_optim_kind)e->optimizer.type);
-    c->optim.lr = e->optimizer.lr;
-    c->optim.momentum = e->optimizer.momentum;
-    c->optim.nesterov = e->optimizer.nesterov;
-    c->optim.weight_decay = e->optimizer.weight_decay;
-    c->optim.beta1 = e->optimizer.beta1;
-    c->optim.beta2 = e->optimizer.beta2;
-    c->optim.eps = e->optimizer.eps;
-    c->grad_clip = e->optimizer.grad_clip;
-    c->schedule.kind = (mr_schedule_kind)e->schedule.type;
-    c->schedule.warmup = e->schedule.warmup;
-    c->schedule.step_size = e->schedule.step_size;
-    c->schedule.gamma = e->schedule.gamma;
-    c->schedule.min_lr = e->schedule.min_lr;
-    c->steps = e->train.steps;
-    c->batch = e->train.batch;
-    c->accumulate = e->train.accumulate > 0 ? e->train.accumulate : 1;
-    c->eval_every = e->train.eval_every;
-    c->log_every = e->train.log_every;
-    c->seed = (uint64_t)e->seed;
-    c->run_dir = run_dir;
-    if (e->precision.policy == MR_PREC_MIXED_BF16) c->compute = MR_BF16;
-    if (e->precision.policy == MR_PREC_MIXED_F16) c->compute = MR_F16;
-    c->loss_scaler = mr_loss_scaler_default();
-    c->loss_scaler.scale = e->precision.loss_scale.initial;
-    c->loss_scaler.growth_factor = e->precision.loss_scale.growth_factor;
-    c->loss_scaler.backoff_factor = e->precision.loss_scale.backoff_factor;
-    c->loss_scaler.min_scale = e->precision.loss_scale.min;
-    c->loss_scaler.growth_interval = e->precision.loss_scale.growth_interval;
-    c->comm_timeout_s = e->distribute.timeout_s;
-    c->bucket_mb = e->distribute.bucket_mb;
-    c->shard_optimizer = e->distribute.shard_optimizer;
-    c->rank_logs = e->distribute.rank_logs;
-    c->replicas = 1;
-    c->allow_tf32 = e->precision.allow_tf32;
-    c->cuda_graphs = e->distribute.cuda_graphs;
-    c->no_progress = !e->log.progress;
-    c->gpus[0] = -1; /* auto: the MPI rank's local index */
-    int ncpu = 0, ngpu = 0;
-    for (int i = 0; i < e->distribute.n_devices; i++) {
-        const char *d = e->distribute.devices[i];
-        if (!strcmp(d, "cuda")) { /* one GPU per rank, picked by the rank's local index */
-            MR_CHECK_RET(e->distribute.n_devices == 1, MR_ERR_INVALID,
-                         "distribute.devices: 'cuda' (a GPU per MPI rank) cannot be listed with other devices; "
-                         "HINT: [cuda] or [cuda:0, cuda:1, ...]");
-            ngpu = 1;
-            continue;
-        }
-        mr_device dev;
-        /* cpu:N names the N-th CPU replica of this process (threads on the one CPU device), which
-         * mr_device_parse does not accept: the core knows a single CPU device, cpu:0 */
-        char *end = NULL;
-        if (!strncmp(d, "cpu:", 4) && d[4] >= '0' && d[4] <= '9' && strtol(d + 4, &end, 10) <= 1023 && *end == '\0') {
-            for (int j = 0; j < i; j++)
-                MR_CHECK_RET(strcmp(e->distribute.devices[j], d) != 0, MR_ERR_INVALID,
-                             "distribute.devices: %s is listed twice; HINT: cpu:0, cpu:1, ... name one replica each", d);
-            ncpu++;
-            continue;
-        }
-        if (mr_device_parse(d, &dev) != MR_OK)
-            return mr_set_error(MR_ERR_INVALID, "distribute.devices: '%s' is not a device; HINT: cpu:N, cuda:N, or cuda "
-                                                "(a GPU per MPI rank)", d);
-        if (dev.kind == MR_DEVICE_CUDA) {
-            for (int j = 0; j < ngpu; j++)
-                MR_CHECK_RET(c->gpus[j] != dev.index, MR_ERR_INVALID,
-                             "distribute.devices: cuda:%d is listed twice; HINT: one replica per GPU", dev.index);
-            MR_CHECK_RET(ngpu < (int)(sizeof c->gpus / sizeof *c->gpus), MR_ERR_INVALID,
-                         "distribute.devices: at most %d GPUs per process", (int)(sizeof c->gpus / sizeof *c->gpus));
-            c->gpus[ngpu++] = dev.index;
-        } else {
-            ncpu++;
-        }
-    }
-    MR_CHECK_RET(!(ncpu && ngpu), MR_ERR_INVALID,
-                 "distribute.devices: CPU and GPU replicas cannot be mixed; HINT: list only cpu:N or only cuda:N devices");
-    if (ngpu) c->device_kind = MR_DEVICE_CUDA;
-    if (e->distribute.backend == MR_BACKEND_NCCL && !ngpu)
-        return mr_set_error(MR_ERR_INVALID, "distribute.backend: nccl needs GPU replicas; HINT: devices: [cuda] (one "
-                                            "GPU per MPI rank) or [cuda:0, cuda:1, ...], or backend: auto");
-    if (ncpu > 1) c->replicas = ncpu; /* several CPU replicas in this process: the local backend */
-    if (ngpu > 1) c->replicas = ngpu; /* several GPUs in this process: a thread each, NCCL between them */
-    c->ckpt_dir = run_dir;
-    c->ckpt_every = e->checkpoint.every;
-    c->ckpt_keep = e->checkpoint.keep;
-    c->resume = e->checkpoint.resume;
-    c->init_from = e->checkpoint.init_from[0] ? e->checkpoint.init_from : NULL;
-    const mr_data_cfg *tr = &e->data.train, *ev = &e->data.eval;
-    if (tr->source == MR_SRC_IDX) {
-        c->train_images = tr->images;
-        c->train_labels = tr->labels;
-        c->shuffle = tr->shuffle;
-    } else if (tr->source == MR_SRC_TOKENS) {
-        c->train_tokens = tr->path;
-        c->token_bytes = (int)tr->token_bytes;
-        c->shuffle = tr->shuffle;
-    } else if (tr->source == MR_SRC_TEXT) {
-        c->train_text = tr->path;
-        c->shuffle = tr->shuffle;
-        c->sample_chars = 400; /* a character model prints what it learned */
-    } else {
-        return mr_set_error(MR_ERR_UNSUPPORTED, "data.train.source: the trainer reads idx, tokens and text sources so far");
-    }
-    if (ev->source == MR_SRC_IDX) {
-        c->eval_images = ev->images;
-        c->eval_labels = ev->labels;
-    } else if (ev->source == MR_SRC_TOKENS) {
-        c->eval_tokens = ev->path;
-    } else if (ev->source == MR_SRC_TEXT) {
-        c->eval_text = ev->path;
-    } else if (ev->source != MR_SRC_NONE) {
-        return mr_set_error(MR_ERR_UNSUPPORTED, "data.eval.source: the trainer reads idx, tokens and text sources so far");
-    }
-    return MR_OK;
 }
 
 /* Writes the resolved config to <dir>/config.yaml (temporary name, then rename). */
@@ -310,7 +185,7 @@ static mr_status run_one(const mr_experiment *e, const char *dir, mr_train_resul
     char *yaml = NULL;
     const int leader = !g_job || mr_comm_rank(g_job) == 0;
     /* the configuration, and whether the directory may take this run, before anything is written */
-    mr_status st = to_train_cfg(e, dir, &c);
+    mr_status st = mr_experiment_train_cfg(e, dir, &c);
     if (st == MR_OK && leader) st = mr_train_check_run_dir(&c);
     if (st == MR_OK && leader) st = mr_mkdirs(dir);
     if (st == MR_OK && leader) st = save_config(e, dir);
@@ -489,7 +364,7 @@ static int cmd_eval(int argc, char **argv) {
         }
         ckpt = latest;
     }
-    st = to_train_cfg(&e, NULL, &c);
+    st = mr_experiment_train_cfg(&e, NULL, &c);
     if (st == MR_OK) {
         c.quiet = 1;
         st = mr_evaluate_checkpoint(&c, ckpt, &r);

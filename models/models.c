@@ -71,15 +71,22 @@ mr_status mr_model_fit_data(mr_model_cfg *c, mr_shape sample, int64_t vocab) {
     const int64_t n = mr_shape_numel(&sample);
     char b1[128], b2[128];
     switch (c->type) {
-    case MR_MODEL_MLP: c->sizes[0] = n; return MR_OK;
+    case MR_MODEL_MLP:
+        if (c->sizes[0] != n)
+            return mr_set_error(MR_ERR_INVALID, "model.sizes[0]: %lld inputs, but the data's samples have %lld values "
+                                "(shape %s); HINT: model.sizes: [%lld, ...]", (long long)c->sizes[0], (long long)n,
+                                dims(&sample, b1, sizeof b1), (long long)n);
+        return MR_OK;
     case MR_MODEL_CNN:
         if (sample.ndim == 2) sample = mr_shape_3d(1, sample.dim[0], sample.dim[1]);
         if (sample.ndim != 3)
             return mr_set_error(MR_ERR_INVALID, "model.type cnn: needs images, the data gives samples of shape %s",
                                 dims(&sample, b1, sizeof b1));
-        c->in_channels = sample.dim[0];
-        c->height = sample.dim[1];
-        c->width = sample.dim[2];
+        if (c->in_channels != sample.dim[0] || c->height != sample.dim[1] || c->width != sample.dim[2]) {
+            mr_shape want = mr_model_sample_shape(c);
+            return mr_set_error(MR_ERR_INVALID, "model.input: %s, but the data's images are %s; HINT: model.input: %s",
+                                dims(&want, b1, sizeof b1), dims(&sample, b2, sizeof b2), b2);
+        }
         return MR_OK;
     default: {
         mr_shape want = mr_model_sample_shape(c);
@@ -210,6 +217,14 @@ mr_status mr_model_layers(const mr_model_cfg *c, mr_layer_graph *out) {
     default: expand_gpt(c, out); break;
     }
     return MR_OK;
+}
+
+int mr_model_uses_sync(const mr_model_cfg *c) {
+    if (c->type != MR_MODEL_GRAPH) return 0;
+    for (int32_t i = 0; i < c->graph.n; i++)
+        if ((c->graph.l[i].kind == MR_LAYER_BATCHNORM1D || c->graph.l[i].kind == MR_LAYER_BATCHNORM2D) && c->graph.l[i].sync)
+            return 1;
+    return 0;
 }
 
 mr_status mr_model_build(mr_nn *nn, const mr_model_cfg *cfg, int64_t batch, mr_model_io *io) {

@@ -46,11 +46,15 @@ mr_task mr_model_task(const mr_model_cfg *c);
  * mlp, (C, H, W) for a cnn, the graph's input; i32 (context) for a language model. */
 mr_shape mr_model_sample_shape(const mr_model_cfg *c);
 mr_dtype mr_model_input_dtype(const mr_model_cfg *c);
-/* Fits the model to its data: a classifier's samples of shape `sample` (an mlp takes their size
- * as its input width, a cnn their (C, H, W) or (H, W) as (1, H, W); a graph's input must hold
- * as many elements, MR_ERR_INVALID naming model.input otherwise); a language model's vocabulary
- * (vocab > 0 replaces model.vocab). */
+/* Fits the model to its data: a classifier's samples of shape `sample` must be what the model
+ * takes (an mlp's model.sizes[0] values; a cnn's model.input (C, H, W), an (H, W) image being
+ * (1, H, W); a graph's model.input, any shape of as many elements), else MR_ERR_INVALID naming
+ * the key with a HINT giving the data's shape; a language model's vocabulary (vocab > 0 replaces
+ * model.vocab: a text's characters). */
 mr_status mr_model_fit_data(mr_model_cfg *c, mr_shape sample, int64_t vocab) MR_WUR;
+/* Non-zero when the model has a batch norm with sync: true (its statistics summed over the replicas:
+ * the trainer gives its steps the replicas' hook, autodiff/steps.h mr_steps_set_sync). */
+int mr_model_uses_sync(const mr_model_cfg *c);
 /* The layer graph a model is: the graph itself, or the shorthand's expansion (same parameter
  * names as ever, so older checkpoints load). MR_ERR_INVALID for a bad shorthand config. */
 mr_status mr_model_layers(const mr_model_cfg *c, mr_layer_graph *out) MR_WUR;

@@ -327,12 +327,10 @@ static mr_status check_cfg(const mr_train_cfg *c) {
     if (c->grad_clip < 0) return mr_set_error(MR_ERR_INVALID, "optimizer.grad_clip: must be >= 0, got %g", c->grad_clip);
     if (mr_model_task(&c->model) == MR_TASK_LM) {
         if (!c->train_tokens && !c->train_text)
-            return mr_set_error(MR_ERR_INVALID, "data.train.path: a %s needs a token or text file",
-                                mr_model_type_name(c->model.type));
+            return mr_set_error(MR_ERR_INVALID, "data.train.path: a language model needs a token or text file");
     } else if (!c->train_images || !c->train_labels) {
-        const char *name = mr_model_type_name(c->model.type);
-        return mr_set_error(MR_ERR_INVALID, "data.train: a%s %s needs IDX images and labels",
-                            name[0] == 'm' ? "n" : "", name);
+        return mr_set_error(MR_ERR_INVALID, "data.train: a classifier (model.type %s) needs IDX images and labels",
+                            mr_model_type_name(c->model.type));
     }
     return mr_schedule_check(&c->schedule);
 }

@@ -2,8 +2,9 @@
  * over every axes mask of 3-d tensors and their backward (MAX_BWD with ties, so "first" is
  * tested), ADD/SUB/MUL/DIV_BWD over broadcasting patterns, SOFTMAX/LOG_SOFTMAX (causal with
  * T < S and T == S) and their backward, SOFTMAX_XENT (ignored rows, a non-default ignore_index;
- * an out-of-range label gives NaN on the GPU) and its backward, LAYERNORM and LAYERNORM_BWD, in
- * f32 and f64. Shapes include rows of length 1, lengths that are not multiples of 32, a
+ * an out-of-range label gives NaN on the GPU) and its backward, LAYERNORM and LAYERNORM_BWD,
+ * BATCHNORM and BATCHNORM_BWD (training and evaluation, 2-d to 4-d, C = 1, x = 1000 + noise, gamma,
+ * beta and outputs left out), in f32 and f64. Shapes include rows of length 1, lengths that are not multiples of 32, a
  * 50257-wide row, and 70000 rows (a grid beyond 65535 row groups).
  *
  * Each case goes through gpu_check_vs_ref: the reference and the kernel see the same rounded
@@ -384,11 +385,88 @@ static void test_layernorm(void **state) {
     gpu_free_all();
 }
 
+/* ---- batch norm ------------------------------------------------------------------------------- */
+
+/* BATCHNORM of x (s, channels dim 1) in training or evaluation, with or without gamma/beta, and
+ * BATCHNORM_BWD at the reference's statistics (training) or the running ones (evaluation) with the
+ * outputs in `want` (bit i: output i). lo/hi: x's range (999.5..1000.5 shows the variance is
+ * computed stably). */
+static void batchnorm_case(mr_dtype dt, mr_shape s, int training, int affine, int want, double lo, double hi,
+                           uint64_t seed) {
+    mr_shape sc = mr_shape_1d(s.dim[1]);
+    mr_op_args r;
+    mr_op_args_init(&r, MR_OP_BATCHNORM);
+    r.p.batchnorm.eps = 1e-5;
+    r.p.batchnorm.training = training;
+    r.in[0] = rand_view(s, lo, hi, seed, dt);
+    if (affine) {
+        r.in[1] = rand_view(sc, 0.5, 1.5, seed + 1, dt);
+        r.in[2] = rand_view(sc, -1, 1, seed + 2, dt);
+    }
+    r.in[3] = rand_view(sc, lo, hi, seed + 3, dt);
+    r.in[4] = rand_view(sc, 0.05, 0.5, seed + 4, dt);
+    r.out[0] = nan_view(s);
+    r.out[1] = nan_view(sc);
+    r.out[2] = nan_view(sc);
+    char what[200], sb[64];
+    snprintf(what, sizeof what, "batchnorm %s x%s training %d affine %d x in [%g, %g)", mr_dtype_name(dt),
+             shape_s(&s, sb, sizeof sb), training, affine, lo, hi);
+    check(what, &r, dt);
+
+    mr_op_args b;
+    mr_op_args_init(&b, MR_OP_BATCHNORM_BWD);
+    b.p = r.p;
+    b.in[0] = rand_view(s, -1, 1, seed + 5, dt);
+    b.in[1] = r.in[0];
+    b.in[2] = r.in[1];
+    b.in[3] = training ? r.out[1] : r.in[3];
+    b.in[4] = training ? r.out[2] : r.in[4];
+    if (want & 1) b.out[0] = nan_view(s);
+    if (want & 2) b.out[1] = nan_view(sc);
+    if (want & 4) b.out[2] = nan_view(sc);
+    snprintf(what, sizeof what, "batchnorm_bwd %s x%s training %d affine %d outputs %d", mr_dtype_name(dt),
+             shape_s(&s, sb, sizeof sb), training, affine, want);
+    check(what, &b, dt);
+    gpu_free_all();
+}
+
+static void test_batchnorm(void **state) {
+    (void)state;
+    const mr_shape shapes[] = {mr_shape_2d(4, 3),         mr_shape_2d(1, 1),         mr_shape_3d(5, 3, 7),
+                               mr_shape_4d(3, 4, 5, 6),   mr_shape_4d(2, 1, 33, 33), mr_shape_2d(NORM_ROWS, 2),
+                               mr_shape_4d(4, 70, 3, 3)};
+    uint64_t seed = 7000;
+    for (int d = 0; d < 2; d++)
+        for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+            for (int training = 0; training < 2; training++) {
+                if (training && mr_shape_numel(&shapes[i]) / shapes[i].dim[1] < 2) continue; /* M = 1: dx = 0 */
+                batchnorm_case(k_dts[d], shapes[i], training, 1, 7, -2, 2, seed += 6);
+            }
+    /* |mean| >> std, no gamma/beta, and outputs left out */
+    batchnorm_case(MR_F32, mr_shape_4d(6, 3, 10, 10), 1, 1, 7, 999.5, 1000.5, seed += 6);
+    batchnorm_case(MR_F32, mr_shape_4d(6, 3, 10, 10), 0, 1, 7, 999.5, 1000.5, seed += 6);
+    batchnorm_case(MR_F32, mr_shape_3d(5, 4, 9), 1, 0, 1, -2, 2, seed += 6);
+    batchnorm_case(MR_F32, mr_shape_3d(5, 4, 9), 1, 1, 6, -2, 2, seed += 6);
+    batchnorm_case(MR_F64, mr_shape_3d(5, 4, 9), 0, 0, 2, -2, 2, seed += 6);
+    /* evaluation without the mean and var outputs */
+    mr_op_args r;
+    mr_op_args_init(&r, MR_OP_BATCHNORM);
+    r.p.batchnorm.eps = 1e-3;
+    mr_shape s = mr_shape_3d(3, 5, 4), sc = mr_shape_1d(5);
+    r.in[0] = rand_view(s, -2, 2, seed + 1, MR_F32);
+    r.in[3] = rand_view(sc, -1, 1, seed + 2, MR_F32);
+    r.in[4] = rand_view(sc, 0.5, 2, seed + 3, MR_F32);
+    r.out[0] = nan_view(s);
+    check("batchnorm f32 evaluation without mean/var outputs", &r, MR_F32);
+    gpu_free_all();
+}
+
 int main(void) {
     if (gpu_none()) return 77;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reduce), cmocka_unit_test(test_reduce_empty),  cmocka_unit_test(test_binary_bwd),     cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_xent),    cmocka_unit_test(test_xent_bad_label), cmocka_unit_test(test_layernorm),
+        cmocka_unit_test(test_batchnorm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

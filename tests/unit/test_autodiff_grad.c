@@ -1,8 +1,9 @@
 /* mr_graph_grad: the gradients it builds, planned and run on the CPU in f64 (the reference
  * kernels), against central finite differences of the loss for whole models (an MLP, a small
  * CNN, a transformer-ish block, every GEMM transpose/batch layout, every other differentiable
- * op); the same MLP in f32 against f64; reuse, unreachable params, integer values, gradients of
- * intermediate values, and the errors (non-scalar loss, ops without a rule). */
+ * op, batch norm in training and evaluation); the same MLP in f32 against f64; mr_nn_batchnorm's
+ * fused node against its composed formulation; reuse, unreachable params, integer values,
+ * gradients of intermediate values, and the errors (non-scalar loss, ops without a rule). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -371,6 +372,162 @@ static void test_grad_attention_slices(void **state) {
     mr_params_free(ps);
 }
 
+/* Batch norm (one MR_OP_BATCHNORM node): (0) conv -> batch norm in training (through the batch
+ * statistics) with gamma and beta; (1) the same in evaluation at fixed running statistics (graph
+ * inputs); (2) a 2-d (N, C) batch norm without gamma and beta after a matmul, in training; each
+ * -> tanh -> * constant -> sum. Variant 0 also uses the mean output in a second loss term, which
+ * must be rejected ("only output 0 ... is differentiated"). */
+static void test_grad_batchnorm(void **state) {
+    (void)state;
+    static const char *const names[3] = {"batchnorm: conv, training", "batchnorm: conv, evaluation",
+                                         "batchnorm: (N,C), no affine"};
+    for (int variant = 0; variant < 3; variant++) {
+        enum { N = 3, CI = 2, HW = 4, C = 3, D = 5 };
+        gc c = {.what = names[variant]};
+        MR_ASSERT_OK(mr_graph_new(&c.g));
+        mr_graph *g = c.g;
+        const int training = variant != 1;
+        mr_val x, w, h, gamma = MR_VAL_NONE, beta = MR_VAL_NONE, rm = MR_VAL_NONE, rvv = MR_VAL_NONE;
+        if (variant < 2) {
+            x = mr_graph_param(g, "x", MR_F64, mr_shape_4d(N, CI, HW, HW));
+            w = mr_graph_param(g, "w", MR_F64, mr_shape_4d(C, CI, 3, 3));
+            h = mr_graph_conv2d(g, x, w, MR_VAL_NONE, 1, 1); /* (N, C, HW, HW) */
+            gamma = mr_graph_param(g, "gamma", MR_F64, mr_shape_1d(C));
+            beta = mr_graph_param(g, "beta", MR_F64, mr_shape_1d(C));
+        } else {
+            x = mr_graph_param(g, "x", MR_F64, mr_shape_2d(N + 2, D));
+            w = mr_graph_param(g, "w", MR_F64, mr_shape_2d(C, D));
+            h = mr_graph_matmul(g, x, w, 0, 1, 1.0); /* (N + 2, C) */
+        }
+        if (!training) {
+            rm = mr_graph_input(g, "running_mean", MR_F64, mr_shape_1d(C));
+            rvv = mr_graph_input(g, "running_var", MR_F64, mr_shape_1d(C));
+        }
+        mr_val mean, var;
+        mr_val y = mr_graph_batchnorm(g, h, gamma, beta, rm, rvv, 1e-5, training, &mean, &var);
+        assert_true(training ? mean.id && var.id : !mean.id && !var.id);
+        mr_shape sy = mr_graph_shape(g, y);
+        int64_t ny = mr_shape_numel(&sy);
+        double *rdat = th_alloc(sizeof(double) * (size_t)ny);
+        th_fill_uniform_f64(rdat, ny, -1, 1, 300 + (uint64_t)variant);
+        mr_val r = mr_graph_const(g, MR_F64, sy, rdat);
+        c.loss = mr_graph_sum(g, mr_graph_reshape(g, mr_graph_mul(g, mr_graph_unary(g, MR_OP_TANH, y), r),
+                                                  mr_shape_1d(ny)), 1u);
+        MR_ASSERT_OK(mr_graph_status(g));
+        gc_param(&c, x, -1, 1, 310 + (uint64_t)variant);
+        gc_param(&c, w, -0.5, 0.5, 320 + (uint64_t)variant);
+        if (variant < 2) {
+            gc_param(&c, gamma, 0.5, 1.5, 330);
+            gc_param(&c, beta, -0.5, 0.5, 331);
+        }
+        double rmd[C], rvd[C];
+        th_fill_uniform_f64(rmd, C, -0.3, 0.3, 332);
+        th_fill_uniform_f64(rvd, C, 0.5, 2.0, 333);
+        if (!training) {
+            gc_input(&c, rm, rmd);
+            gc_input(&c, rvv, rvd);
+        }
+        gc_build(&c);
+        gc_check(&c);
+        if (variant == 0) {
+            /* a loss through the mean output has no rule */
+            mr_val l2 = mr_graph_add(g, c.loss, mr_graph_sum(g, mean, 1u));
+            mr_val gr[GC_MAX];
+            assert_int_equal(mr_graph_grad(g, l2, c.params, c.n, gr), MR_ERR_INVALID);
+            if (!strstr(mr_last_error(), "only output 0")) fail_msg("unexpected error: %s", mr_last_error());
+        }
+        gc_free(&c);
+    }
+}
+
+/* A hook that copies: with it as nn->sync (replicas 1) mr_nn_batchnorm builds its composed,
+ * synchronised formulation, which must compute what the fused node computes. */
+static mr_status copy_hook(void *ctx, const void *x, void *y, int64_t numel, mr_dtype dt, mr_stream *stream,
+                           int device) {
+    (void)ctx, (void)stream, (void)device;
+    memcpy(y, x, (size_t)numel * mr_dtype_size(dt));
+    return MR_OK;
+}
+
+/* mr_nn_batchnorm without nn->sync (one BATCHNORM node) against its composed formulation (an
+ * identity hook as nn->sync), both in f64, training and evaluation, 2-d and 4-d: y, the gradients
+ * of sum(y * r) to x, weight and bias, and the new running_mean, running_var and
+ * num_batches_tracked. */
+static void test_batchnorm_fused_vs_composed(void **state) {
+    (void)state;
+    const mr_hook ident = {copy_hook, NULL, 1};
+    const mr_shape shapes[2] = {mr_shape_4d(3, 4, 5, 3), mr_shape_2d(7, 3)};
+    for (int k = 0; k < 2; k++)
+        for (int training = 0; training < 2; training++) {
+            const mr_shape s = shapes[k];
+            const int64_t n = mr_shape_numel(&s), C = s.dim[1];
+            double *xd = th_alloc(sizeof(double) * (size_t)n), *rd = th_alloc(sizeof(double) * (size_t)n);
+            double wd[8], bd[8], rmd[8], rvd[8], nbtd[1] = {4};
+            th_fill_uniform_f64(xd, n, 2.0, 5.0, 400 + (uint64_t)k);
+            th_fill_uniform_f64(rd, n, -1, 1, 410); /* not x's seed: r affine in x gives dx = 0 */
+            th_fill_uniform_f64(wd, C, 0.5, 1.5, 402);
+            th_fill_uniform_f64(bd, C, -0.5, 0.5, 403);
+            th_fill_uniform_f64(rmd, C, 2.0, 5.0, 404);
+            th_fill_uniform_f64(rvd, C, 0.5, 1.0, 405);
+            const double *out[2][7];
+            int nout = 0, nodes[2];
+            mr_graph *gs[2];
+            mr_plan *ps[2];
+            mr_params *regs[2];
+            for (int fused = 0; fused < 2; fused++) {
+                MR_ASSERT_OK(mr_graph_new(&gs[fused]));
+                MR_ASSERT_OK(mr_params_new(&regs[fused]));
+                mr_graph *g = gs[fused];
+                mr_nn nn;
+                memset(&nn, 0, sizeof nn);
+                nn.g = g;
+                nn.ps = regs[fused];
+                nn.dtype = MR_F64;
+                nn.training = training;
+                nn.sync = fused ? NULL : &ident;
+                mr_val x = mr_graph_param(g, "x", MR_F64, s);
+                mr_val y = mr_nn_batchnorm(&nn, "bn", x, 0.1, 1e-5, 1);
+                mr_val r = mr_graph_const(g, MR_F64, s, rd);
+                mr_val loss = mr_graph_sum(g, mr_graph_reshape(g, mr_graph_mul(g, y, r), mr_shape_1d(n)), 1u);
+                mr_val params[3] = {x, mr_graph_find(g, "bn.weight"), mr_graph_find(g, "bn.bias")}, grads[3];
+                MR_ASSERT_OK(mr_graph_grad(g, loss, params, 3, grads));
+                MR_ASSERT_OK(mr_graph_status(g));
+                assert_int_equal(nn.n_updates, training ? 3 : 0);
+                mr_val keep[7] = {y, grads[0], grads[1], grads[2]};
+                nout = 4;
+                for (int i = 0; i < nn.n_updates; i++) keep[nout++] = nn.upd_val[i];
+                MR_ASSERT_OK(mr_plan_new(g, MR_DEVICE_CPU, keep, nout, &ps[fused]));
+                MR_ASSERT_OK(mr_plan_bind(ps[fused], x, xd));
+                MR_ASSERT_OK(mr_plan_bind(ps[fused], params[1], wd));
+                MR_ASSERT_OK(mr_plan_bind(ps[fused], params[2], bd));
+                MR_ASSERT_OK(mr_plan_bind(ps[fused], mr_graph_find(g, "bn.running_mean"), rmd));
+                MR_ASSERT_OK(mr_plan_bind(ps[fused], mr_graph_find(g, "bn.running_var"), rvd));
+                MR_ASSERT_OK(mr_plan_bind(ps[fused], mr_graph_find(g, "bn.num_batches_tracked"), nbtd));
+                MR_ASSERT_OK(mr_plan_run(ps[fused]));
+                for (int i = 0; i < nout; i++) out[fused][i] = mr_plan_data(ps[fused], keep[i]);
+                nodes[fused] = mr_graph_num_nodes(g);
+            }
+            /* the fused graph is smaller: one node where the composition has ten */
+            assert_true(nodes[1] < nodes[0]);
+            const int64_t len[6] = {n, n, C, C, C, C};
+            static const char *const what[6] = {"y", "dx", "dweight", "dbias", "running_mean", "running_var"};
+            for (int i = 0; i < nout && i < 6; i++) {
+                char w[128];
+                snprintf(w, sizeof w, "batchnorm fused vs composed, shape %d, training %d: %s", k, training, what[i]);
+                /* the two differ only by rounding order: measured max abs 2.7e-15, NMSE 2.5e-30 */
+                assert_true(th_compare(w, out[1][i], MR_F64, out[0][i], len[i], TOL_PARITY_F64_ATOL,
+                                       TOL_PARITY_F64_RTOL, TOL_PARITY_F64_NMSE));
+            }
+            if (training) assert_true(out[0][6][0] == 5.0 && out[1][6][0] == 5.0); /* num_batches_tracked */
+            for (int fused = 0; fused < 2; fused++) {
+                mr_plan_free(ps[fused]);
+                mr_graph_free(gs[fused]);
+                mr_params_free(regs[fused]);
+            }
+            th_free_all();
+        }
+}
+
 /* Every branch of the GEMM rule: both transposes, 2-d, batched A and B, and a batched (4-d) A
  * sharing a 2-d B, whose gradient sums over the batch; loss = sum(C * r), alpha 0.7. */
 static void test_grad_gemm_layouts(void **state) {
@@ -638,6 +795,7 @@ int main(void) {
         cmocka_unit_test(test_grad_reuse_unreachable), cmocka_unit_test(test_grad_int_and_intermediate),
         cmocka_unit_test(test_grad_errors),       cmocka_unit_test(test_grad_partial),
         cmocka_unit_test(test_grad_attention_slices), cmocka_unit_test(test_grad_linear),
+        cmocka_unit_test(test_grad_batchnorm),    cmocka_unit_test(test_batchnorm_fused_vs_composed),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     printf("autodiff grad: max |analytic - numeric| over all checks %.2e, max rel %.2e\n", g_max_abs, g_max_rel);
