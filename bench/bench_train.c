@@ -1,4 +1,4 @@
-/* Throughput of the FULL training step, input pipeline included: mr_train (launch/trainer.h) fed
+/* Throughput of the FULL training step, input pipeline included: mr_train (train/train.h) fed
  * from real files, the same models, batches and optimizers as bench/torch_bench.py and
  * bench_models.c, next to bench/peer_torch_train.py (the same work through torch.utils.data),
  * which bench/run_train.sh runs in the same session for ratios.
@@ -29,7 +29,7 @@
 
 #include "core/ops.h"
 #include "core/status.h"
-#include "launch/trainer.h"
+#include "train/train.h"
 
 static double now_s(void) {
     struct timespec t;

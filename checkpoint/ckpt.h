@@ -1,7 +1,8 @@
 /* Checkpoint files: one HDF5 file per step, readable by h5py, written atomically.
  *
  * Layout (see docs/DESIGN.md "Checkpoint"): datasets at slash paths relative to the root
- * ("params/fc1.weight", "optimizer/fc1.weight/exp_avg", "state/data_iter/0"), each with a uint32
+ * ("params/fc1.weight", "buffers/3.running_mean", "optimizer/fc1.weight/exp_avg",
+ * "state/data_iter/0"; train/train_ckpt.c decides them), each with a uint32
  * attribute "crc32" (zlib crc32 of its raw little-endian bytes); root attributes for step, epoch,
  * loss scale, RNG states, world size, the experiment's YAML text, and the two the writer adds
  * itself: "format" = "mirror-checkpoint" and "format_version" = 1. Datasets are contiguous

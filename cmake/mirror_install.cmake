@@ -25,7 +25,7 @@ install(EXPORT mirror-static-targets NAMESPACE mirror:: DESTINATION ${MIRROR_CMA
 file(GLOB _mirror_public_headers RELATIVE ${PROJECT_SOURCE_DIR} CONFIGURE_DEPENDS
      ${PROJECT_SOURCE_DIR}/core/*.h ${PROJECT_SOURCE_DIR}/autodiff/*.h ${PROJECT_SOURCE_DIR}/models/*.h
      ${PROJECT_SOURCE_DIR}/optim/*.h ${PROJECT_SOURCE_DIR}/checkpoint/*.h ${PROJECT_SOURCE_DIR}/data/*.h
-     ${PROJECT_SOURCE_DIR}/distribute/*.h ${PROJECT_SOURCE_DIR}/launch/config.h ${PROJECT_SOURCE_DIR}/launch/trainer.h)
+     ${PROJECT_SOURCE_DIR}/distribute/*.h ${PROJECT_SOURCE_DIR}/launch/config.h ${PROJECT_SOURCE_DIR}/train/*.h)
 list(FILTER _mirror_public_headers EXCLUDE REGEX "_impl\\.h$")
 install(CODE "set(MIRROR_SOURCE_DIR \"${PROJECT_SOURCE_DIR}\")
 set(MIRROR_HEADERS \"${_mirror_public_headers}\")

@@ -163,7 +163,7 @@ mr_status mr_experiment_to_yaml(const mr_experiment *e, char **yaml_out) MR_WUR;
 /* FNV-1a 64 of to_yaml's text: equal configs hash equal on every machine; yaml_text is ignored. */
 mr_status mr_experiment_hash(const mr_experiment *e, uint64_t *out) MR_WUR;
 
-struct mr_train_cfg; /* launch/trainer.h */
+struct mr_train_cfg; /* train/train.h */
 
 /* The trainer's view of a checked experiment (launch/config_train.c): every field of *out is set
  * from e (mr_train_cfg_default plays no part: the CLI's defaults are mr_experiment_default's) or

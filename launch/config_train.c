@@ -13,7 +13,7 @@
 
 #include "core/device.h"
 #include "launch/config_impl.h"
-#include "launch/trainer.h"
+#include "train/train.h"
 
 /* ---- keys copied as they are ------------------------------------------------------------------- */
 

@@ -15,7 +15,7 @@
 #include "core/log.h"
 #include "distribute/comm.h"
 #include "launch/config.h"
-#include "launch/trainer.h"
+#include "train/train.h"
 
 enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 

@@ -1,6 +1,6 @@
 /* Test helpers (see harness.h). */
 #include "harness.h"
-#include "launch/trainer.h"
+#include "train/train.h"
 
 #include <unistd.h>
 

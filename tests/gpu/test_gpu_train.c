@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "gpu_util.h"
-#include "launch/trainer.h"
+#include "train/train.h"
 #ifdef MIRROR_EMU
 #include "tests/emu/emu_api.h"
 #endif

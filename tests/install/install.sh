@@ -21,7 +21,7 @@ so=$(find "$prefix" -name libmirror.so -print -quit)
 [ -n "$so" ] || fail "no libmirror.so under $prefix"
 libdir=$(dirname "$so")
 for f in "$libdir/libmirror.a" "$libdir/pkgconfig/mirror.pc" "$libdir/cmake/mirror/mirror-config.cmake" \
-         "$prefix/include/mirror/autodiff/nn.h" "$prefix/include/mirror/core/tensor.h" "$prefix/bin/mirror"; do
+         "$prefix/include/mirror/autodiff/nn.h" "$prefix/include/mirror/core/tensor.h" "$prefix/include/mirror/train/train.h" "$prefix/bin/mirror"; do
     [ -f "$f" ] || fail "not installed: ${f#$prefix/}"
 done
 echo "ok: installed $(find "$prefix" -type f | wc -l) files"

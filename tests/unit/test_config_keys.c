@@ -18,7 +18,7 @@
 #include "harness.h"
 #include "launch/config.h"
 #include "launch/config_impl.h"
-#include "launch/trainer.h"
+#include "train/train.h"
 
 /* Keys that the mapping does not read, and why. A key listed here that is not in the table fails. */
 static const struct {

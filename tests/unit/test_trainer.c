@@ -1,4 +1,4 @@
-/* launch/trainer: a short run on Fashion-MNIST (Debian's dataset-fashion-mnist, installed by
+/* train/ (mr_train): a short run on Fashion-MNIST (Debian's dataset-fashion-mnist, installed by
  * tests/run.sh) learns (loss falls, accuracy well above chance), writes metrics.jsonl with the
  * time split, is deterministic (same seed: same losses bit for bit), gradient accumulation over
  * micro-batches matches one large batch, and bad configs fail with the field named. */
@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "launch/trainer.h"
+#include "train/train.h"
 
 
 static mr_train_cfg small_mlp(void) {

@@ -1,4 +1,4 @@
-/* The trainer's device path (launch/trainer_device.c) run on the CPU (mr_train_cfg.device_path):
+/* The trainer's device path (train/train_device.c) run on the CPU (mr_train_cfg.device_path):
  * parameters, gradients, optimizer state and batches in separate buffers, copied through the
  * backend; accumulation, unscaling, clipping and the finite check through core/vec.h; the
  * optimizer through the op table. Its arithmetic is the host path's, so every step's loss, the
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "launch/trainer.h"
+#include "train/train.h"
 
 #define MAX_STEPS 64
 

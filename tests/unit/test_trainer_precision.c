@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "launch/trainer.h"
+#include "train/train.h"
 
 
 static mr_train_cfg small_mlp(void) {

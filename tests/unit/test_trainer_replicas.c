@@ -12,7 +12,7 @@
 
 #include "harness.h"
 #include "checkpoint/ckpt.h"
-#include "launch/trainer.h"
+#include "train/train.h"
 
 #define STEPS 50
 

@@ -13,7 +13,7 @@
 
 #include "harness.h"
 #include "checkpoint/ckpt.h"
-#include "launch/trainer.h"
+#include "train/train.h"
 
 #define STEPS 30
 #define STOP_AT 13 /* not a multiple of the checkpoint interval nor of the log interval */

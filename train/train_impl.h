@@ -1,22 +1,26 @@
-/* Private to the trainer (trainer.c, trainer_ckpt.c): the state of one training run, which is
+/* Private to the trainer (train.c, train_ckpt.c, train_device.c, train_dist.c): the state of one training run, which is
  * exactly what a checkpoint saves and a resume restores. */
-#ifndef MR_TRAINER_IMPL_H
-#define MR_TRAINER_IMPL_H
+#ifndef MR_TRAIN_IMPL_H
+#define MR_TRAIN_IMPL_H
 
 #include <stdio.h>
 #include "autodiff/steps.h"
 #include "data/data.h"
 #include "distribute/comm.h"
-#include "launch/trainer.h"
+#include "distribute/ddp.h"
+#include "train/train.h"
 
 typedef struct tr_pipeline {
     mr_dataset *ds;
     mr_data_iter *it;
 } tr_pipeline;
 
-/* The device path (mr_train_cfg.device_kind / device_path): parameters, gradients and optimizer
- * state live on `dev`; the registry's host buffers and t->opt are a shadow copy, refreshed for
- * checkpoints (tr_dev_pull) and copied back after a load or a broadcast (tr_dev_push). */
+/* Where one replica's step works. The device path (mr_train_cfg.device_kind / device_path, on):
+ * parameters, gradients, buffers and optimizer state live on `dev`; the registry's host buffers
+ * and t->opt are a shadow copy, refreshed for checkpoints (tr_dev_pull) and copied back after a
+ * load or a broadcast (tr_dev_push). The host path (on 0): dev is the CPU and d_params, d_grads
+ * are the registry's own buffers (no copies: push and pull do nothing, batches are bound, not
+ * copied), the optimizer is t->opt; the step code is the same. */
 #define TR_DEV_MAX_STEPS 8
 typedef struct tr_dev_inputs {
     const mr_step *s;     /* the compiled step these buffers feed */
@@ -31,6 +35,8 @@ typedef struct tr_device {
     const mr_backend *be;
     mr_stream *stream;
     float *d_params, *d_grads, *d_acc, *d_loss_scale;
+    float *d_bufs;          /* the model's buffers (mr_params_bufs: batch norm's running statistics) */
+    int64_t n_bufs;         /* their floats (mr_params_buffer_numel; 0: the model has none) */
     double *d_scratch;      /* MR_VEC_SCRATCH doubles (mr_vec_sumsq) */
     float loss_scale;       /* the value *d_loss_scale holds */
     mr_optim *opt;          /* the optimizer whose state is on dev */
@@ -65,27 +71,37 @@ typedef struct trainer {
     double time_origin, elapsed_before;
     int64_t train_size;     /* elements of the training source (an epoch) */
     int64_t image_numel;    /* the image map's context: lives as long as the pipeline */
-    /* ZeRO-1 (shard_optimizer): this replica owns params [zoff, zoff + zlen) of n, in shards of
-     * zshard_n = ceil(n / world); the optimizer holds state for its shard only */
+    /* ZeRO-1 (shard_optimizer): this replica owns params [zsh.off, zsh.off + zsh.len) of n; the
+     * optimizer holds state for its shard only (distribute/ddp.h) */
     int zero;
-    int64_t zoff, zlen, zshard_n;
-    float *zbuf;            /* world * zshard_n: the padded gradient / parameter exchange buffer */
-    float *zshard;          /* zshard_n: this replica's averaged gradient shard */
-    tr_device dv;           /* the device path (dv.on) */
+    mr_ddp_shard zsh;
+    mr_ddp *ddp;            /* the gradient exchange over comm (single mode without one) */
+    /* Where the step works (t->dv's): gdev is the CPU on the host path (the vector kernels of
+     * core/vec.h give the host loops' bits there), stream and d_scratch NULL. acc: the
+     * accumulation buffer (accumulate > 1). */
+    mr_device gdev;
+    const mr_backend *gbe;
+    mr_stream *stream;
+    float *params, *grads, *acc;
+    double *d_scratch;
+    mr_optim *wopt;
+    tr_device dv;           /* where the step works: the device path (dv.on) or the registry */
 } trainer;
 
-/* ---- the device path (trainer_device.c) ---- */
+/* ---- the device path (train_device.c) ---- */
 /* Sets up t->dv for c->device_kind / c->device_path: picks the GPU, makes the stream, allocates
  * the parameter, gradient and scale buffers, points the steps at them (before any compilation;
  * the registry must be registered and allocated) and makes the device optimizer (with_optim).
- * A no-op on the host path. */
+ * On the host path: t->dv points at the registry's buffers (and an accumulation buffer). */
 mr_status tr_dev_init(trainer *t, int with_optim) MR_WUR;
 void tr_dev_free(trainer *t);
 /* With several replicas: the gradient communicator (NCCL over t->comm on a GPU). */
 mr_status tr_dev_comm(trainer *t) MR_WUR;
-/* Host shadow -> device (parameters, optimizer state and step count), and back. */
+/* Host shadow -> device (parameters, buffers, optimizer state and step count), and back. */
 mr_status tr_dev_push(trainer *t) MR_WUR;
 mr_status tr_dev_pull(trainer *t) MR_WUR;
+/* The buffers alone: host shadow -> device (push) or back. */
+mr_status tr_dev_bufs(trainer *t, int push) MR_WUR;
 /* Binds a batch to step s: the host pointers on the host path; copies into s's device buffers
  * (pinned staging, asynchronous on the stream) on the device path. */
 mr_status tr_dev_feed(tr_device *dv, mr_step *s, const void *x, const void *y) MR_WUR;
@@ -113,29 +129,39 @@ mr_status tr_load_params(mr_params *ps, const char *path, int foreign, int64_t *
  * and shapes; a difference fails on every replica naming it and the replicas that differ. */
 mr_status tr_replicas_start(trainer *t) MR_WUR;
 
-/* ZeRO-1: set up the shard (before the optimizer is made over zlen elements). */
+/* Replica 0's buffers (batch norm's running statistics) to every replica, host and device: each
+ * replica normalises its own micro-batch, so their statistics drift apart; replica 0's are the
+ * model's (PyTorch DDP's broadcast_buffers). Collective over t->comm; a no-op without one or
+ * without buffers. */
+mr_status tr_bufs_broadcast(trainer *t) MR_WUR;
+
+/* ZeRO-1: this replica's shard (before the optimizer is made over zsh.len elements). */
 mr_status tr_zero_init(trainer *t) MR_WUR;
-/* The gradient g (n) averaged over the replicas, this replica's shard into zshard (reduce-scatter). */
-mr_status tr_zero_reduce(trainer *t, const float *g) MR_WUR;
-/* *finite becomes 1 only when it is 1 on every replica. */
-mr_status tr_zero_all(trainer *t, int *finite) MR_WUR;
-/* Global-norm clipping of the sharded gradient (the norm over every shard). */
-mr_status tr_zero_clip(trainer *t, double max_norm) MR_WUR;
-/* Every replica's updated parameter shard to every replica (all-gather). */
-mr_status tr_zero_gather(trainer *t) MR_WUR;
-/* Optimizer slot k as a full-length (n) buffer: a sharded one is gathered into out (n floats). */
-mr_status tr_zero_full_slot(trainer *t, int k, float *out) MR_WUR;
 
-/* A contiguous range of the gradient buffer all-reduced as one piece while the backward goes on. */
-typedef struct bucket {
-    int64_t off, n;   /* a contiguous range of the gradient buffer */
-    int32_t ready;    /* the plan kernels after which its gradients are final */
-    int64_t ticket;
-} bucket;
+/* The gradient exchange (t->ddp) for step s: every parameter's gradient range and when s's
+ * backward finishes it, the bucket size, the modes the run allows (train_dist.c). Collective
+ * over t->comm. */
+mr_status tr_ddp_new(trainer *t, const mr_step *s) MR_WUR;
 
-/* Buckets of at most cap_bytes over consecutive parameters, last parameter first, sorted by when
- * their gradients are final in `plan` (trainer_dist.c; the first is kept to 1 MB, DDP's rule). */
-mr_status mr_train_make_buckets(const mr_params *ps, const mr_plan *plan, const float *grads, double cap_bytes,
-                                bucket **out, int *nb);
+/* ---- one training step, top to bottom (train_step.c) ---- */
+typedef struct tr_times {
+    double data, fwd, bwd, comm, opt; /* seconds summed over the log interval */
+} tr_times;
+/* The next micro-batch(es) through the forward and the backward, the gradient exchange
+ * overlapped with the backward where the mode allows; *loss: the mean over the micro-batches,
+ * *g: the step's gradient (the gradient buffer, or the accumulation of the micro-batches'). */
+mr_status tr_step_forward_backward(trainer *t, mr_step *s, tr_times *tm, double *loss, float **g) MR_WUR;
+/* The replicas agree: the gradient averaged (*part: what this replica updates), the loss and a
+ * stop request agreed (*loss, *stop in and out). */
+mr_status tr_step_exchange(trainer *t, float *g, double *loss, int *stop, mr_ddp_part *part, tr_times *tm) MR_WUR;
+/* The loss scaler's verdict (GradScaler: a non-finite gradient or loss on any replica skips the
+ * update on all and halves the scale; the gradient is unscaled when applied); without scaling a
+ * non-finite loss is MR_ERR_NUMERIC. */
+mr_status tr_step_check(trainer *t, double loss, const mr_ddp_part *part, int *apply) MR_WUR;
+/* Clipping (the global norm over every replica's part) and the optimizer step at lr, then the
+ * parameter shards to every replica (ZeRO-1). */
+mr_status tr_step_update(trainer *t, const mr_ddp_part *part, double lr) MR_WUR;
+
+double tr_now_s(void);
 
 #endif

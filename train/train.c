@@ -1,7 +1,8 @@
-/* The training loop (see trainer.h): pipelines, compiled steps, loss scaling, the optimizer,
- * evaluation, metrics and checkpoints (their contents: trainer_ckpt.c). */
-#include "launch/trainer_impl.h"
-#include "core/vec.h"
+/* The training loop (see train.h): pipelines, compiled steps, evaluation, metrics and
+ * checkpoints around the step (train_step.c: next batch, forward/backward with the overlapped
+ * reduction, agreement, unscale/clip/update; the exchange itself: distribute/ddp.h). Checkpoint
+ * contents: train_ckpt.c; the device path: train_device.c; replicas: train_dist.c. */
+#include "train/train_impl.h"
 #include "checkpoint/ckpt.h"
 #include "core/log.h"
 #include "core/math/philox_math.h"
@@ -51,16 +52,10 @@ static int progress_on_tty(void) {
     return 1;
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* ---- data ------------------------------------------------------------------------------------- */
 
-/* u8 image (H,W) -> f32 x in [0,1], shaped (1,H,W) for the CNN or (H*W) for the MLP (the same
- * bytes); the label passes through. */
+/* u8 image (H,W) -> f32 x in [0,1], shaped as the model's sample (mr_model_sample_shape: the same
+ * element count, so the same bytes); the label passes through. */
 static mr_status normalize_image(void *ctx, const void *const in[], void *const out[], int64_t index, int64_t epoch) {
     (void)index;
     (void)epoch;
@@ -89,36 +84,56 @@ static void pipeline_free(pipeline *p) {
         next = NULL;                                                                                \
     } while (0)
 
-/* images (IDX) for mlp/cnn, tokens for gpt; training pipelines shuffle and repeat forever and
- * drop the last partial batch; evaluation pipelines see every element once. With world > 1
- * replicas, replica `rank` keeps every world-th element: for training after the shuffle (every
- * replica shuffles the same indices), so the world's micro-batches of one step are exactly the
- * elements one replica with the global batch would take; for evaluation right after the source. */
-static mr_status make_pipeline(const mr_train_cfg *c, int train, int64_t batch, int64_t *image_numel, int world,
-                               int rank, pipeline *p) {
+/* Samples for the model's task: IDX images and labels for a classifier (shaped as its sample:
+ * mr_model_sample_shape), tokens or text for a language model. fit (the training pipeline's
+ * model, NULL for the others) is first fitted to the data (mr_model_fit_data: the images' shape;
+ * the text's vocabulary). Training pipelines shuffle and repeat forever and drop the last partial
+ * batch; evaluation pipelines see every element once. With world > 1 replicas, replica `rank`
+ * keeps every world-th element: for training after the shuffle (every replica shuffles the same
+ * indices), so the world's micro-batches of one step are exactly the elements one replica with
+ * the global batch would take; for evaluation right after the source. */
+static mr_status make_pipeline(const mr_train_cfg *c, mr_model_cfg *fit, int train, int64_t batch,
+                               int64_t *image_numel, int world, int rank, pipeline *p) {
     mr_status st = MR_OK;
     mr_dataset *ds = NULL, *next = NULL;
+    const mr_model_cfg *model = fit ? fit : &c->model;
     memset(p, 0, sizeof *p);
-    if (mr_model_task(&c->model) == MR_TASK_LM && (c->train_text || c->eval_text)) {
-        const char *path = train ? c->train_text : c->eval_text;
-        MR_TRY(mr_data_from_text(path, c->model.context, MR_DATA_TEXT_CHARS, &ds));
-        if (c->train_text && c->eval_text && !strcmp(c->train_text, c->eval_text))
-            THEN(train ? mr_data_skip(ds, MR_TEXT_HOLDOUT, &next) : mr_data_take(ds, MR_TEXT_HOLDOUT, &next));
+    if (mr_model_task(model) == MR_TASK_LM) {
+        const int64_t window = mr_model_sample_shape(model).dim[0];
+        if (c->train_text || c->eval_text) {
+            const char *path = train ? c->train_text : c->eval_text;
+            MR_TRY(mr_data_from_text(path, window, MR_DATA_TEXT_CHARS, &ds));
+            if (c->train_text && c->eval_text && !strcmp(c->train_text, c->eval_text))
+                THEN(train ? mr_data_skip(ds, MR_TEXT_HOLDOUT, &next) : mr_data_take(ds, MR_TEXT_HOLDOUT, &next));
+        } else {
+            const char *path = train ? c->train_tokens : c->eval_tokens;
+            MR_TRY(mr_data_from_tokens(path, c->token_bytes, window, MR_DATA_TOKENS_RAW, &ds));
+        }
+        if (fit && c->train_text) {
+            const int32_t *vocab = NULL;
+            int64_t nvocab = 0;
+            MR_TRY(mr_data_text_vocab(ds, &vocab, &nvocab));
+            if (fit->vocab != nvocab && !c->quiet)
+                mr_log_info("model.vocab: %lld characters in %s (the config said %lld)", (long long)nvocab,
+                            c->train_text, (long long)fit->vocab);
+            MR_TRY(mr_model_fit_data(fit, mr_model_sample_shape(fit), nvocab));
+        }
         if (!train && world > 1) THEN(mr_data_shard(ds, world, rank, &next));
-    } else if (mr_model_task(&c->model) == MR_TASK_LM) {
-        const char *path = train ? c->train_tokens : c->eval_tokens;
-        MR_TRY(mr_data_from_tokens(path, c->token_bytes, c->model.context, MR_DATA_TOKENS_RAW, &ds));
-        if (!train && world > 1) THEN(mr_data_shard(ds, world, rank, &next));
+        if (train && c->shuffle > 0) THEN(mr_data_shuffle(ds, c->shuffle, c->seed, 1, &next));
+        if (train) THEN(mr_data_repeat(ds, -1, &next));
+        if (train && world > 1) THEN(mr_data_shard(ds, world, rank, &next));
     } else {
         MR_TRY(mr_data_from_idx(train ? c->train_images : c->eval_images, train ? c->train_labels : c->eval_labels, &ds));
         if (!train && world > 1) THEN(mr_data_shard(ds, world, rank, &next));
         const mr_data_spec *in = mr_data_element_spec(ds);
+        if (fit) MR_TRY(mr_model_fit_data(fit, in->comp[0].shape, 0));
         *image_numel = mr_shape_numel(&in->comp[0].shape);
         mr_data_spec out;
         memset(&out, 0, sizeof out);
-        mr_model_cfg m = c->model; /* the model's sample shape once fitted to these images */
-        MR_TRY(mr_model_fit_data(&m, in->comp[0].shape, 0));
-        mr_shape xs = mr_model_sample_shape(&m);
+        mr_shape xs = mr_model_sample_shape(model);
+        MR_CHECK(mr_shape_numel(&xs) == *image_numel, MR_ERR_INVALID,
+                 "%s: images of %lld values, the model takes samples of %lld", train ? c->train_images : c->eval_images,
+                 (long long)*image_numel, (long long)mr_shape_numel(&xs));
         mr_shape ls = mr_shape_make(0, NULL);
         MR_TRY(mr_data_spec_add(&out, "x", MR_F32, &xs));
         MR_TRY(mr_data_spec_add(&out, "label", MR_I32, &ls));
@@ -128,11 +143,6 @@ static mr_status make_pipeline(const mr_train_cfg *c, int train, int64_t batch, 
         /* one map thread: the loop's compute already uses every core (helper threads would only
          * contend); prefetch hides the map behind the step */
         THEN(mr_data_map(ds, normalize_image, image_numel, &out, 1, &next));
-    }
-    if (mr_model_task(&c->model) == MR_TASK_LM && train) {
-        if (c->shuffle > 0) THEN(mr_data_shuffle(ds, c->shuffle, c->seed, 1, &next));
-        THEN(mr_data_repeat(ds, -1, &next));
-        if (world > 1) THEN(mr_data_shard(ds, world, rank, &next));
     }
     THEN(mr_data_batch(ds, batch, train, &next));
     if (train) THEN(mr_data_prefetch(ds, 2, &next));
@@ -146,19 +156,21 @@ fail:
 
 /* ---- evaluation ------------------------------------------------------------------------------- */
 
-typedef struct eval_out {
-    double loss, accuracy, perplexity;
-} eval_out;
+static int has_eval(const mr_train_cfg *c) {
+    return mr_model_task(&c->model) == MR_TASK_LM ? c->eval_tokens || c->eval_text : c->eval_images != NULL;
+}
 
 /* Mean loss over every evaluation element (partial last batch included: its own compiled step),
- * accuracy for classifiers, perplexity for language models. */
+ * accuracy for classifiers, perplexity for language models, into res->eval_*. With comm, every
+ * replica evaluates its shard and the sums are added up. */
 static mr_status evaluate(const mr_train_cfg *c, mr_steps *steps, tr_device *dv, int64_t batch, mr_comm *comm,
-                         eval_out *out) {
+                          mr_train_result *res) {
     mr_status st = MR_OK;
     pipeline p;
     int64_t numel = 0, seen = 0, correct = 0;
     double loss_sum = 0.0;
-    MR_TRY(make_pipeline(c, 0, batch, &numel, comm ? mr_comm_size(comm) : 1, comm ? mr_comm_rank(comm) : 0, &p));
+    const int classify = mr_model_task(&c->model) == MR_TASK_CLASSIFY;
+    MR_TRY(make_pipeline(c, NULL, 0, batch, &numel, comm ? mr_comm_size(comm) : 1, comm ? mr_comm_rank(comm) : 0, &p));
     for (;;) {
         mr_data_elem e;
         int end = 0;
@@ -173,7 +185,7 @@ static mr_status evaluate(const mr_train_cfg *c, mr_steps *steps, tr_device *dv,
         MR_TRY(tr_dev_read(dv, s, s->io.loss, sizeof(float), &h));
         loss_sum += (double)*(const float *)h * (double)b;
         seen += b;
-        if (mr_model_task(&c->model) != MR_TASK_LM) {
+        if (classify) {
             const int32_t *labels = e.data[1];
             mr_shape ls = mr_graph_shape(s->g, s->io.out);
             int64_t k = ls.dim[1];
@@ -187,19 +199,38 @@ static mr_status evaluate(const mr_train_cfg *c, mr_steps *steps, tr_device *dv,
             }
         }
     }
-    if (comm) { /* every replica evaluated its shard: add them up */
+    if (comm) {
         double sums[3] = {loss_sum, (double)correct, (double)seen};
         MR_TRY(mr_comm_allreduce(comm, sums, 3, MR_F64, MR_REDUCE_SUM));
         loss_sum = sums[0];
         correct = (int64_t)sums[1];
         seen = (int64_t)sums[2];
     }
-    out->loss = seen ? loss_sum / (double)seen : NAN;
-    out->accuracy = mr_model_task(&c->model) != MR_TASK_LM && seen ? (double)correct / (double)seen : NAN;
-    out->perplexity = mr_model_task(&c->model) == MR_TASK_LM ? exp(out->loss) : NAN;
+    res->eval_loss = seen ? loss_sum / (double)seen : NAN;
+    res->eval_accuracy = classify && seen ? (double)correct / (double)seen : NAN;
+    res->eval_perplexity = classify ? NAN : exp(res->eval_loss);
 fail:
     pipeline_free(&p);
     return st;
+}
+
+/* An evaluation's metrics.jsonl line and its message (replica 0). */
+static void log_eval(const mr_train_cfg *c, FILE *metrics, int64_t step, double time, const mr_train_result *r) {
+    const int classify = mr_model_task(&c->model) == MR_TASK_CLASSIFY;
+    const char *metric = classify ? "accuracy" : "perplexity";
+    const double value = classify ? r->eval_accuracy : r->eval_perplexity;
+    if (metrics) {
+        fprintf(metrics, classify ? "{\"step\": %lld, \"time\": %.3f, \"eval_loss\": %.6f, \"eval_%s\": %.6f}\n"
+                                  : "{\"step\": %lld, \"time\": %.3f, \"eval_loss\": %.6f, \"eval_%s\": %.4f}\n",
+                (long long)step, time, r->eval_loss, metric, value);
+        fflush(metrics);
+    }
+    if (!c->quiet) {
+        mr_log_progress_end();
+        printf(classify ? "eval at step %lld: loss %.4f  %s %.4f\n" : "eval at step %lld: loss %.4f  %s %.3f\n",
+               (long long)step, r->eval_loss, metric, value);
+        fflush(stdout);
+    }
 }
 
 /* ---- the loop ----------------------------------------------------------------------------------- */
@@ -248,7 +279,7 @@ static mr_status generate(const mr_train_cfg *c, mr_steps *steps, tr_device *dv,
     MR_CHECK(win && y && prob, MR_ERR_NOMEM, "generate: out of memory");
     mr_train_cfg from = *c; /* start from the held-out text, or the training text without one */
     if (!from.eval_text) from.eval_text = from.train_text;
-    MR_TRY(make_pipeline(&from, 0, 1, &unused, 1, 0, &p));
+    MR_TRY(make_pipeline(&from, NULL, 0, 1, &unused, 1, 0, &p));
     mr_data_elem e;
     int end = 0;
     MR_TRY(mr_data_iter_next(p.it, &e, &end));
@@ -326,9 +357,8 @@ static volatile sig_atomic_t g_stop_signal;
 void mr_train_request_stop(int signo) { g_stop_signal = signo > 0 ? signo : SIGTERM; }
 
 static void trainer_free(trainer *t) {
+    mr_ddp_free(t->ddp);
     tr_dev_free(t);
-    free(t->zbuf);
-    free(t->zshard);
     pipeline_free(&t->train);
     mr_optim_free(t->opt);
     mr_steps_free(t->steps);
@@ -336,7 +366,20 @@ static void trainer_free(trainer *t) {
     memset(t, 0, sizeof *t);
 }
 
-/* The model (sized from the data), its compiled training step, initial parameters and the
+/* Where the step works: t->dv's buffers (the device's, or the registry's on the host path). */
+static void bind_work(trainer *t) {
+    const tr_device *dv = &t->dv;
+    t->gdev = dv->dev;
+    t->gbe = dv->be;
+    t->stream = dv->stream;
+    t->params = dv->d_params;
+    t->grads = dv->d_grads;
+    t->acc = dv->d_acc;
+    t->d_scratch = dv->d_scratch;
+    t->wopt = dv->opt ? dv->opt : t->opt;
+}
+
+/* The model (fitted to the data), its compiled training step, initial parameters and the
  * optimizer: a run at step 0. The training pipeline is built for micro-batches. */
 static mr_status trainer_init(trainer *t, const mr_train_cfg *cfg, int with_optim, mr_comm *comm) {
     mr_status st = MR_OK;
@@ -359,37 +402,22 @@ static mr_status trainer_init(trainer *t, const mr_train_cfg *cfg, int with_opti
         c->run_dir = NULL;
     }
     const int64_t micro = c->batch / (c->accumulate * t->world);
-    MR_TRY(make_pipeline(c, 1, micro, &t->image_numel, t->world, t->rank, &t->train));
+    MR_TRY(make_pipeline(c, &c->model, 1, micro, &t->image_numel, t->world, t->rank, &t->train));
     t->train_size = mr_data_source_size(t->train.ds);
-    if (mr_model_task(&c->model) == MR_TASK_CLASSIFY)
-        MR_TRY(mr_model_fit_data(&c->model, mr_data_element_spec(t->train.ds)->comp[0].shape, 0));
-    if (mr_model_task(&c->model) == MR_TASK_LM && c->train_text) {
-        const int32_t *vocab = NULL;
-        int64_t nvocab = 0;
-        MR_TRY(mr_data_text_vocab(t->train.ds, &vocab, &nvocab));
-        if (c->model.vocab != nvocab && !c->quiet)
-            mr_log_info("model.vocab: %lld characters in %s (the config said %lld)", (long long)nvocab, c->train_text,
-                        (long long)c->model.vocab);
-        c->model.vocab = nvocab;
-    }
     MR_TRY(mr_params_new(&t->ps));
     MR_TRY(mr_steps_new(mr_model_step_build, &t->c.model, t->ps, MR_DEVICE_CPU, &t->steps));
     mr_steps_set_compute(t->steps, c->compute);
     mr_steps_set_allow_tf32(t->steps, c->allow_tf32);
-    const int device = c->device_kind == MR_DEVICE_CUDA || c->device_path;
-    if (device) {
-        /* the device buffers follow the registry's layout: register before the first compilation */
-        MR_TRY(mr_steps_register(t->steps, micro));
-        t->n = mr_params_buffer_numel(t->ps);
-        if (with_optim && c->shard_optimizer && t->world > 1) MR_TRY(tr_zero_init(t));
-        MR_TRY(tr_dev_init(t, with_optim));
-    }
-    mr_step *s = NULL;
-    MR_TRY(mr_steps_get(t->steps, micro, 1, &s)); /* registers and allocates the parameters */
-    MR_TRY(mr_params_init(t->ps, c->seed));
+    /* the step's buffers follow the registry's layout: register before the first compilation */
+    MR_TRY(mr_steps_register(t->steps, micro));
     t->n = mr_params_buffer_numel(t->ps);
-    if (!device && with_optim && c->shard_optimizer && t->world > 1) MR_TRY(tr_zero_init(t));
-    if (with_optim) MR_TRY(mr_optim_new(&c->optim, t->zero ? t->zlen : t->n, &t->opt));
+    if (with_optim && c->shard_optimizer && t->world > 1) MR_TRY(tr_zero_init(t));
+    MR_TRY(tr_dev_init(t, with_optim));
+    mr_step *s = NULL;
+    MR_TRY(mr_steps_get(t->steps, micro, 1, &s));
+    MR_TRY(mr_params_init(t->ps, c->seed));
+    if (with_optim) MR_TRY(mr_optim_new(&c->optim, t->zero ? t->zsh.len : t->n, &t->opt));
+    bind_work(t);
     MR_TRY(tr_dev_push(t)); /* the same initial weights as on the host, whatever the device */
     t->scaling = c->loss_scaling > 0 || (c->loss_scaling == 0 && c->compute == MR_F16);
     t->scaler = c->loss_scaler.scale > 0 ? c->loss_scaler : mr_loss_scaler_default();
@@ -478,11 +506,104 @@ static mr_status save_checkpoint(trainer *t, mr_train_result *res) {
     MR_TRY(tr_dev_pull(t)); /* the device's state into the host shadow the file is written from */
     if (t->rank == 0) MR_TRY(mr_mkdirs(t->c.ckpt_dir));
     mr_ckpt_path(t->c.ckpt_dir, t->step, path, sizeof path);
-    double t0 = now_s();
+    double t0 = tr_now_s();
     MR_TRY(tr_ckpt_save(t, path));
     if (t->c.ckpt_keep > 0 && t->rank == 0) MR_TRY(mr_ckpt_prune(t->c.ckpt_dir, (int)t->c.ckpt_keep));
     snprintf(res->checkpoint, sizeof res->checkpoint, "%s", path);
-    if (!t->c.quiet) mr_log_info("saved %s (%.2f s)", path, now_s() - t0);
+    if (!t->c.quiet) mr_log_info("saved %s (%.2f s)", path, tr_now_s() - t0);
+fail:
+    return st;
+}
+
+/* The log interval: step-time split, throughput and the overlap of communication. */
+typedef struct interval_log {
+    FILE *metrics;      /* <run_dir>/metrics.jsonl (NULL: none) */
+    int tty;            /* progress rewritten in place */
+    double t_start, t_last; /* the run's start and the last log line (or the end of an evaluation) */
+    double busy0;       /* the exchange's busy seconds at the last log line */
+    tr_times tm;        /* over the interval */
+    int64_t timed;      /* steps in the interval */
+} interval_log;
+
+/* The log step's metrics.jsonl line and progress line, then a new interval. */
+static void log_step(trainer *t, interval_log *L, double lr, mr_train_result *res) {
+    const mr_train_cfg *c = &t->c;
+    const double now = tr_now_s(), k = (double)(t->interval > 0 ? t->interval : 1);
+    const double steps_timed = (double)(L->timed > 0 ? L->timed : 1), span = now - L->t_last;
+    const tr_times *tm = &L->tm;
+    const double sps = (double)c->batch * steps_timed / span;
+    res->last_loss = t->interval > 0 ? t->loss_sum / k : NAN;
+    const double scale_now = t->scaling ? t->scaler.scale : 1.0;
+    /* the share of the all-reduce time that ran behind the backward (0 without overlap) */
+    double hidden = 0;
+    if (mr_ddp_overlaps(t->ddp)) {
+        const double busy = mr_ddp_busy_seconds(t->ddp) - L->busy0;
+        hidden = busy > 0 ? 1.0 - tm->comm / busy : 0;
+        if (hidden < 0) hidden = 0;
+        L->busy0 += busy;
+    }
+    if (L->metrics) {
+        fprintf(L->metrics,
+                "{\"step\": %lld, \"time\": %.3f, \"loss\": %.6f, \"lr\": %.6g, \"loss_scale\": %g, "
+                "\"skipped_steps\": %lld, \"samples_per_s\": %.1f, \"data_wait_s\": %.6f, \"forward_s\": %.6f, "
+                "\"backward_s\": %.6f, \"communication_s\": %.6f, \"communication_hidden\": %.3f, "
+                "\"optimizer_s\": %.6f}\n",
+                (long long)t->step, now - t->time_origin, res->last_loss, lr, scale_now,
+                (long long)(t->scaling ? t->scaler.skipped : 0), sps, tm->data / steps_timed, tm->fwd / steps_timed,
+                tm->bwd / steps_timed, tm->comm / steps_timed, hidden, tm->opt / steps_timed);
+        fflush(L->metrics);
+    }
+    if (!c->quiet && !c->no_progress) {
+        const double eta = (now - L->t_start) / (double)(t->step - res->resumed_from) * (double)(c->steps - t->step);
+        char scale_txt[64] = "";
+        if (t->scaling)
+            snprintf(scale_txt, sizeof scale_txt, "  scale %g (%lld skipped)", t->scaler.scale,
+                     (long long)t->scaler.skipped);
+        char comm_txt[32] = "";
+        if (t->comm)
+            snprintf(comm_txt, sizeof comm_txt, " comm %.0f%% (%.0f%% hidden)", 100 * tm->comm / span, 100 * hidden);
+        printf("%sstep %lld/%lld  loss %.4f  lr %.3g%s  %.0f samples/s  data %.0f%% fwd %.0f%% bwd %.0f%%%s "
+               "opt %.0f%%  ETA %.0fs%s",
+               L->tty ? "\r" : "", (long long)t->step, (long long)c->steps, res->last_loss, lr, scale_txt, sps,
+               100 * tm->data / span, 100 * tm->fwd / span, 100 * tm->bwd / span, comm_txt, 100 * tm->opt / span, eta,
+               L->tty ? "   " : "\n");
+        fflush(stdout);
+        if (L->tty) mr_log_progress_open(1); /* the next message starts on a new line */
+    }
+    L->t_last = now;
+    memset(&L->tm, 0, sizeof L->tm);
+    L->timed = 0;
+    t->loss_sum = 0;
+    t->interval = 0;
+}
+
+/* Where a run starts: a checkpoint (resume), init_from's parameters, or the seed's; then replica
+ * 0's state everywhere and on the device, and the gradient exchange for step s. */
+static mr_status start_run(trainer *t, mr_step *s, mr_train_result *res, char *rpath, size_t cap, int *resume) {
+    mr_status st = MR_OK;
+    const mr_train_cfg *c = &t->c;
+    memset(rpath, 0, cap);
+    *resume = 0;
+    if (t->rank == 0) MR_TRY(pick_resume(c, rpath, cap, resume));
+    if (t->comm) { /* replica 0 decides, so every replica loads the same file */
+        MR_TRY(mr_comm_broadcast(t->comm, rpath, (int64_t)cap, MR_U8, 0));
+        *resume = rpath[0] != '\0';
+    }
+    if (*resume) {
+        const double t0 = tr_now_s();
+        MR_TRY(tr_ckpt_load(t, rpath));
+        res->resumed_from = t->step;
+        if (!c->quiet)
+            mr_log_info("resumed from %s at step %lld (loaded in %.3f s)", rpath, (long long)t->step, tr_now_s() - t0);
+    } else if (c->init_from && *c->init_from) {
+        int64_t unused = 0;
+        MR_TRY(tr_load_params(t->ps, c->init_from, 1, &unused));
+        if (!c->quiet) mr_log_info("parameters initialised from %s", c->init_from);
+    }
+    if (t->comm) MR_TRY(tr_replicas_start(t));
+    MR_TRY(tr_dev_push(t)); /* what was loaded or broadcast */
+    MR_TRY(tr_dev_comm(t));
+    MR_TRY(tr_ddp_new(t, s));
 fail:
     return st;
 }
@@ -491,83 +612,36 @@ fail:
 static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_result *res) {
     mr_status st = MR_OK;
     trainer tr;
-    FILE *metrics = NULL;
-    float *acc = NULL;
-    bucket *buckets = NULL;
-    int nbuckets = 0;
-    mr_comm_queue *queue = NULL;
+    interval_log L;
+    memset(&L, 0, sizeof L);
     memset(res, 0, sizeof *res);
     res->eval_loss = res->eval_accuracy = res->eval_perplexity = NAN;
     MR_TRY(trainer_init(&tr, cfg, 1, comm));
     const mr_train_cfg *c = &tr.c;
-    const int64_t micro = c->batch / (c->accumulate * tr.world), n = tr.n;
+    const int64_t micro = c->batch / (c->accumulate * tr.world);
     const int32_t *vocab = NULL;
     int64_t nvocab = 0;
-    if (mr_model_task(&c->model) == MR_TASK_LM && c->train_text) MR_TRY(mr_data_text_vocab(tr.train.ds, &vocab, &nvocab));
+    if (mr_model_task(&c->model) == MR_TASK_LM && c->train_text)
+        MR_TRY(mr_data_text_vocab(tr.train.ds, &vocab, &nvocab));
     mr_step *s = NULL;
     MR_TRY(mr_steps_get(tr.steps, micro, 1, &s));
     char rpath[4096];
     int resume = 0;
-    memset(rpath, 0, sizeof rpath);
-    if (tr.rank == 0) MR_TRY(pick_resume(c, rpath, sizeof rpath, &resume));
-    if (comm) { /* replica 0 decides, so every replica loads the same file */
-        MR_TRY(mr_comm_broadcast(comm, rpath, (int64_t)sizeof rpath, MR_U8, 0));
-        resume = rpath[0] != '\0';
-    }
-    if (resume) {
-        double t0 = now_s();
-        MR_TRY(tr_ckpt_load(&tr, rpath));
-        res->resumed_from = tr.step;
-        if (!c->quiet) mr_log_info("resumed from %s at step %lld (loaded in %.3f s)", rpath, (long long)tr.step, now_s() - t0);
-    } else if (c->init_from && *c->init_from) {
-        int64_t unused = 0;
-        MR_TRY(tr_load_params(tr.ps, c->init_from, 1, &unused));
-        if (!c->quiet) mr_log_info("parameters initialised from %s", c->init_from);
-    }
-    if (comm) MR_TRY(tr_replicas_start(&tr));
-    tr_device *dv = &tr.dv;
-    const int dp = dv->on; /* the device path: parameters, gradients and optimizer on dv->dev */
-    MR_TRY(tr_dev_push(&tr)); /* what was loaded or broadcast */
-    MR_TRY(tr_dev_comm(&tr));
-    float *params = dp ? dv->d_params : mr_params_buffer(tr.ps), *grads = dp ? dv->d_grads : mr_params_grad_buffer(tr.ps);
-    mr_comm *gcomm = dp ? dv->gcomm : comm; /* who all-reduces the gradients */
-    mr_optim *opt = dp ? dv->opt : tr.opt;
-    /* with several replicas and no accumulation, each gradient bucket is all-reduced on the
-     * communication thread as soon as the backward has finished it */
-    /* bench/run_dist.sh's baseline: the same replicas with no gradient exchange at all (the
-     * replicas then drift apart; never for training) */
-    const int no_allreduce = comm && getenv("MIRROR_BENCH_NO_ALLREDUCE") && !strcmp(getenv("MIRROR_BENCH_NO_ALLREDUCE"), "1");
-    if (no_allreduce && tr.rank == 0) mr_log_warn("MIRROR_BENCH_NO_ALLREDUCE=1: replicas do not exchange gradients");
-    if (comm && !dp && c->accumulate == 1 && !no_allreduce && !tr.zero && mr_comm_backend_of(comm) != MR_COMM_HIER) {
-        double cap = (c->bucket_mb > 0 ? c->bucket_mb : 16.0) * 1048576.0;
-        MR_TRY(mr_train_make_buckets(tr.ps, s->plan, grads, cap, &buckets, &nbuckets));
-        MR_TRY(mr_comm_queue_new(comm, &queue));
-    }
-    double busy0 = 0;
-    float *d_acc = NULL; /* the accumulation buffer: host (acc) or device (dv->d_acc) */
-    if (c->accumulate > 1 && dp) {
-        d_acc = dv->d_acc;
-    } else if (c->accumulate > 1) {
-        acc = calloc((size_t)n, sizeof *acc);
-        MR_CHECK(acc, MR_ERR_NOMEM, "trainer: out of memory for the accumulation buffer");
-        d_acc = acc;
-    }
+    MR_TRY(start_run(&tr, s, res, rpath, sizeof rpath, &resume));
     /* CUDA graphs: the step is captured at its second run (the first one creates the cuBLAS,
      * cuBLASLt and cuDNN state lazily, which may not happen inside a capture) */
-    int want_graphs = dp && dv->dev.kind == MR_DEVICE_CUDA && c->cuda_graphs;
+    int want_graphs = tr.gdev.kind == MR_DEVICE_CUDA && c->cuda_graphs;
     if (want_graphs && mr_plan_has_dropout(s->plan)) {
         want_graphs = 0;
         if (!c->quiet) mr_log_info("CUDA graphs off: the model has dropout, whose masks change every step");
     }
     if (c->run_dir) {
         MR_TRY(mr_mkdirs(c->run_dir));
-        MR_TRY(open_metrics(c->run_dir, tr.step, &metrics));
+        MR_TRY(open_metrics(c->run_dir, tr.step, &L.metrics));
     }
-    const int tty = progress_on_tty();
-    const double t_start = now_s();
-    tr.time_origin = t_start - tr.elapsed_before; /* metrics "time" continues across resumes */
-    double t_data = 0, t_fwd = 0, t_bwd = 0, t_opt = 0, t_comm = 0, t_log = t_start;
-    int64_t timed = 0; /* steps since the last log line */
+    L.tty = progress_on_tty();
+    L.t_start = L.t_last = tr_now_s();
+    tr.time_origin = L.t_start - tr.elapsed_before; /* metrics "time" continues across resumes */
     if (!c->quiet && tr.rank == 0 && c->schedule.warmup > c->steps)
         mr_log_warn("schedule.warmup (%lld steps) is longer than train.steps (%lld): the learning rate rises for the "
                     "whole run and never reaches optimizer.lr", (long long)c->schedule.warmup, (long long)c->steps);
@@ -577,243 +651,54 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
                     c->compute == MR_F32 ? "float32" : c->compute == MR_BF16 ? "mixed_bfloat16" : "mixed_float16",
                     tr.scaling ? " with dynamic loss scaling" : "", mr_cpu_gemm_provider());
     while (tr.step < c->steps) {
-        const int64_t step = tr.step; /* 0-based index of this step */
-        double step_loss = 0;
         MR_TRY(tr_dev_set_loss_scale(&tr, s, tr.scaling ? (float)tr.scaler.scale : 1.0f));
-        if (want_graphs && step > res->resumed_from) {
+        if (want_graphs && tr.step > res->resumed_from) {
             MR_TRY(mr_plan_set_graphs(s->plan, 1));
             want_graphs = 0;
         }
-        for (int64_t m = 0; m < c->accumulate; m++) {
-            mr_data_elem e;
-            int end = 0;
-            double t0 = now_s();
-            MR_TRY(mr_data_iter_next(tr.train.it, &e, &end));
-            MR_CHECK(!end, MR_ERR_INVALID, "data.train: the training data is empty");
-            double t1 = now_s();
-            MR_TRY(tr_dev_feed(dv, s, e.data[0], e.data[1]));
-            mr_plan_set_dropout_step(s->plan, (uint64_t)(step * c->accumulate + m)); /* fresh masks each micro-step */
-            double t2;
-            if (dp) {
-                /* one launch (a captured graph) or the kernels back to back; the forward and the
-                 * backward are timed together (as forward_s) once the loss is back */
-                MR_TRY(mr_plan_run(s->plan));
-            } else {
-                MR_TRY(mr_plan_run_range(s->plan, 0, s->n_forward));
-            }
-            t2 = now_s();
-            if (queue) { /* never on the device path */
-                int32_t at = s->n_forward;
-                for (int b = 0; b < nbuckets; b++) {
-                    if (buckets[b].ready > at) {
-                        MR_TRY(mr_plan_run_range(s->plan, at, buckets[b].ready));
-                        at = buckets[b].ready;
-                    }
-                    MR_TRY(mr_comm_queue_allreduce(queue, grads + buckets[b].off, buckets[b].n, MR_F32, MR_REDUCE_AVG,
-                                                   &buckets[b].ticket));
-                }
-                MR_TRY(mr_plan_run_range(s->plan, at, mr_plan_num_kernels(s->plan)));
-            } else if (!dp) {
-                MR_TRY(mr_plan_run_range(s->plan, s->n_forward, mr_plan_num_kernels(s->plan)));
-            }
-            const void *hl = NULL;
-            MR_TRY(tr_dev_read(dv, s, s->io.loss, sizeof(float), &hl)); /* waits for the device */
-            double t3 = now_s();
-            t_data += t1 - t0;
-            t_fwd += (dp ? t3 : t2) - t1;
-            t_bwd += dp ? 0.0 : t3 - t2;
-            step_loss += *(const float *)hl;
-            if (d_acc) {
-                /* the gradients of micro-batch means, averaged: the gradient of the batch mean */
-                const float w = 1.0f / (float)c->accumulate;
-                MR_TRY(mr_vec_axpby(dp ? dv->dev : mr_device_cpu(), dv->stream, d_acc, m == 0 ? 0.0f : 1.0f, grads, w, n));
-            }
-        }
-        step_loss /= (double)c->accumulate;
-        float *g = d_acc ? d_acc : grads;
-        if (c->inject_nonfinite_at == step + 1) { /* on every replica, before the exchange */
-            static const float inf = INFINITY;
-            if (dp) MR_TRY(dv->be->copy(dv->dev.index, g + n / 2, &inf, sizeof inf,
-                                        dv->dev.kind == MR_DEVICE_CPU ? MR_COPY_H2H : MR_COPY_H2D, dv->stream));
-            else g[n / 2] = INFINITY;
-        }
-        int stop = g_stop_signal != 0;
-        if (comm) {
-            /* the replicas' gradients averaged (the gradient of the global batch's mean loss), and
-             * the loss and any stop request agreed, so every replica takes the same decisions */
-            double t5 = now_s();
-            double agree[2] = {step_loss, stop};
-            if (dp) {
-                /* NCCL runs on its own stream: the accumulation and any injected value must be
-                 * done. The host agreement goes first: it doubles as a per-step barrier, so a
-                 * replica that failed before the exchange aborts the others through their host
-                 * communicator instead of leaving them in an NCCL kernel until the deadline, and
-                 * no replica launches NCCL's spinning kernels while another still allocates */
-                MR_TRY(dv->be->stream_sync(dv->stream));
-                MR_TRY(mr_comm_allreduce(comm, agree, 2, MR_F64, MR_REDUCE_SUM));
-            }
-            if (queue) /* what the backward did not hide */
-                for (int b = 0; b < nbuckets; b++) MR_TRY(mr_comm_queue_wait(queue, buckets[b].ticket));
-            else if (tr.zero)
-                MR_TRY(tr_zero_reduce(&tr, g));
-            else if (!no_allreduce)
-                MR_TRY(mr_comm_allreduce(gcomm, g, n, MR_F32, MR_REDUCE_AVG)); /* NCCL on device memory */
-            if (!dp) MR_TRY(mr_comm_allreduce(comm, agree, 2, MR_F64, MR_REDUCE_SUM));
-            step_loss = agree[0] / (double)tr.world;
-            stop = agree[1] > 0;
-            t_comm += now_s() - t5;
-        }
-        double t4 = now_s();
-        /* what this replica updates: everything, or with a sharded optimizer (ZeRO-1) its shard */
-        float *upd_g = tr.zero ? tr.zshard : g, *upd_p = tr.zero ? params + tr.zoff : params;
-        const int64_t upd_n = tr.zero ? tr.zlen : n;
-        int apply = 1;
-        const mr_device gdev = dp ? dv->dev : mr_device_cpu();
-        double sumsq = NAN; /* the device path's sum of squares of upd_g, when known */
-        if (tr.scaling) {
-            /* GradScaler: a non-finite gradient (or loss) skips the update and halves the scale */
-            int finite;
-            if (dp) { /* one pass gives the finite check (and the norm, when nothing is unscaled) */
-                MR_TRY(mr_vec_sumsq(gdev, dv->stream, upd_g, upd_n, dv->d_scratch, &sumsq));
-                finite = isfinite(step_loss) && isfinite(sumsq);
-            } else {
-                finite = isfinite(step_loss) && mr_grads_finite(upd_g, upd_n);
-            }
-            if (tr.zero) MR_TRY(tr_zero_all(&tr, &finite));
-            double scale = tr.scaler.scale;
-            apply = mr_loss_scaler_update(&tr.scaler, finite);
-            MR_CHECK(apply || scale > tr.scaler.min_scale || isfinite(step_loss), MR_ERR_NUMERIC,
-                     "non-finite loss (%g) at step %lld with the loss scale at its floor (%g); HINT: lower "
-                     "optimizer.lr, set optimizer.grad_clip, or use mixed_bfloat16",
-                     step_loss, (long long)step, tr.scaler.min_scale);
-            if (apply && dp) {
-                MR_TRY(mr_vec_scale(gdev, dv->stream, upd_g, (float)(1.0 / scale), upd_n)); /* as mr_grads_unscale */
-                sumsq = NAN;
-            } else if (apply) {
-                mr_grads_unscale(upd_g, upd_n, scale);
-            }
-        } else {
-            MR_CHECK(isfinite(step_loss), MR_ERR_NUMERIC,
-                     "non-finite loss (%g) at step %lld; HINT: lower optimizer.lr or set optimizer.grad_clip%s", step_loss,
-                     (long long)step,
-                     dp && dv->dev.kind == MR_DEVICE_CUDA
-                         ? " (on a GPU a label or token id outside [0, classes or vocab) also gives a NaN loss)"
-                         : "");
-            if (c->inject_nonfinite_at == step + 1) apply = 0; /* an injected inf without a scaler: drop it */
-        }
-        double lr = mr_schedule_lr(&c->schedule, c->optim.lr, step);
-        if (apply) {
-            double norm = 0;
-            if (c->grad_clip > 0 && tr.zero) {
-                MR_TRY(tr_zero_clip(&tr, c->grad_clip));
-            } else if (c->grad_clip > 0 && dp) {
-                /* mr_clip_grad_norm's arithmetic on the device */
-                if (isnan(sumsq)) MR_TRY(mr_vec_sumsq(gdev, dv->stream, g, n, dv->d_scratch, &sumsq));
-                norm = sqrt(sumsq);
-                if (isfinite(norm) && norm > c->grad_clip)
-                    MR_TRY(mr_vec_scale(gdev, dv->stream, g, (float)(c->grad_clip / (norm + 1e-6)), n));
-            } else if (c->grad_clip > 0) {
-                mr_clip_grad_norm(g, n, c->grad_clip, &norm);
-            }
-            MR_TRY(mr_optim_step(opt, upd_p, upd_g, lr));
-            if (tr.zero) MR_TRY(tr_zero_gather(&tr)); /* every replica's shard to every replica */
-        }
-        t_opt += now_s() - t4;
-        if (isfinite(step_loss)) { /* a skipped overflow step does not poison the interval's mean */
-            tr.loss_sum += step_loss;
+        /* next batch; forward and backward with the overlapped reduction */
+        double loss = 0;
+        float *g = NULL;
+        MR_TRY(tr_step_forward_backward(&tr, s, &L.tm, &loss, &g));
+        /* agree: gradients averaged, the loss and stop requests agreed, the finite check and the
+         * loss scaler */
+        int stop = g_stop_signal != 0, apply = 0;
+        mr_ddp_part part;
+        MR_TRY(tr_step_exchange(&tr, g, &loss, &stop, &part, &L.tm));
+        const double t0 = tr_now_s();
+        MR_TRY(tr_step_check(&tr, loss, &part, &apply));
+        /* unscale (above), clip, update */
+        const double lr = mr_schedule_lr(&c->schedule, c->optim.lr, tr.step);
+        if (apply) MR_TRY(tr_step_update(&tr, &part, lr));
+        L.tm.opt += tr_now_s() - t0;
+        /* report */
+        if (isfinite(loss)) { /* a skipped overflow step does not poison the interval's mean */
+            tr.loss_sum += loss;
             tr.interval++;
         }
         tr.step++;
-        timed++;
+        L.timed++;
         if (c->on_step && tr.rank == 0) {
             MR_TRY(tr_dev_pull(&tr)); /* the callback reads the host shadow */
-            mr_train_state ts = {tr.step, tr.ps, tr.opt, tr.scaling ? &tr.scaler : NULL, !apply, step_loss};
+            mr_train_state ts = {tr.step, tr.ps, tr.opt, tr.scaling ? &tr.scaler : NULL, !apply, loss};
             c->on_step(c->on_step_ctx, &ts);
         }
-        int last = tr.step == c->steps;
-        if ((c->log_every > 0 && tr.step % c->log_every == 0) || last) {
-            double t = now_s(), k = (double)(tr.interval > 0 ? tr.interval : 1);
-            double steps_timed = (double)(timed > 0 ? timed : 1);
-            double sps = (double)c->batch * steps_timed / (t - t_log);
-            res->last_loss = tr.interval > 0 ? tr.loss_sum / k : NAN;
-            double scale_now = tr.scaling ? tr.scaler.scale : 1.0;
-            /* the share of the all-reduce time that ran behind the backward (0 without overlap) */
-            double hidden = 0;
-            if (queue) {
-                double busy = mr_comm_queue_busy_seconds(queue) - busy0;
-                hidden = busy > 0 ? 1.0 - t_comm / busy : 0;
-                if (hidden < 0) hidden = 0;
-                busy0 += busy;
-            }
-            if (metrics) {
-                fprintf(metrics,
-                        "{\"step\": %lld, \"time\": %.3f, \"loss\": %.6f, \"lr\": %.6g, \"loss_scale\": %g, "
-                        "\"skipped_steps\": %lld, \"samples_per_s\": %.1f, \"data_wait_s\": %.6f, \"forward_s\": %.6f, "
-                        "\"backward_s\": %.6f, \"communication_s\": %.6f, \"communication_hidden\": %.3f, "
-                        "\"optimizer_s\": %.6f}\n",
-                        (long long)tr.step, t - tr.time_origin, res->last_loss, lr, scale_now,
-                        (long long)(tr.scaling ? tr.scaler.skipped : 0), sps, t_data / steps_timed,
-                        t_fwd / steps_timed, t_bwd / steps_timed, t_comm / steps_timed, hidden, t_opt / steps_timed);
-                fflush(metrics);
-            }
-            if (!c->quiet && !c->no_progress) {
-                double eta = (t - t_start) / (double)(tr.step - res->resumed_from) * (double)(c->steps - tr.step);
-                char scale_txt[64] = "";
-                if (tr.scaling)
-                    snprintf(scale_txt, sizeof scale_txt, "  scale %g (%lld skipped)", tr.scaler.scale,
-                             (long long)tr.scaler.skipped);
-                char comm_txt[32] = "";
-                if (comm)
-                    snprintf(comm_txt, sizeof comm_txt, " comm %.0f%% (%.0f%% hidden)", 100 * t_comm / (t - t_log),
-                             100 * hidden);
-                printf("%sstep %lld/%lld  loss %.4f  lr %.3g%s  %.0f samples/s  data %.0f%% fwd %.0f%% bwd %.0f%%%s "
-                       "opt %.0f%%  ETA %.0fs%s",
-                       tty ? "\r" : "", (long long)tr.step, (long long)c->steps, res->last_loss, lr, scale_txt, sps,
-                       100 * t_data / (t - t_log), 100 * t_fwd / (t - t_log), 100 * t_bwd / (t - t_log), comm_txt,
-                       100 * t_opt / (t - t_log), eta, tty ? "   " : "\n");
-                fflush(stdout);
-                if (tty) mr_log_progress_open(1); /* the next message starts on a new line */
-            }
-            t_log = t;
-            t_data = t_fwd = t_bwd = t_opt = t_comm = tr.loss_sum = 0;
-            tr.interval = timed = 0;
-        }
-        const int have_eval = mr_model_task(&c->model) == MR_TASK_LM ? (c->eval_tokens || c->eval_text) : c->eval_images != NULL;
-        if (have_eval && ((c->eval_every > 0 && tr.step % c->eval_every == 0) || last)) {
-            eval_out ev;
-            MR_TRY(evaluate(c, tr.steps, &tr.dv, micro, comm, &ev));
-            res->eval_loss = ev.loss;
-            res->eval_accuracy = ev.accuracy;
-            res->eval_perplexity = ev.perplexity;
-            if (metrics) {
-                if (mr_model_task(&c->model) == MR_TASK_LM)
-                    fprintf(metrics, "{\"step\": %lld, \"time\": %.3f, \"eval_loss\": %.6f, \"eval_perplexity\": %.4f}\n",
-                            (long long)tr.step, now_s() - tr.time_origin, ev.loss, ev.perplexity);
-                else
-                    fprintf(metrics, "{\"step\": %lld, \"time\": %.3f, \"eval_loss\": %.6f, \"eval_accuracy\": %.6f}\n",
-                            (long long)tr.step, now_s() - tr.time_origin, ev.loss, ev.accuracy);
-                fflush(metrics);
-            }
-            if (!c->quiet) {
-                mr_log_progress_end();
-                if (mr_model_task(&c->model) == MR_TASK_LM)
-                    printf("eval at step %lld: loss %.4f  perplexity %.3f\n", (long long)tr.step,
-                           ev.loss, ev.perplexity);
-                else
-                    printf("eval at step %lld: loss %.4f  accuracy %.4f\n", (long long)tr.step,
-                           ev.loss, ev.accuracy);
-                fflush(stdout);
-            }
-            t_log = now_s(); /* evaluation time is not training throughput */
+        const int last = tr.step == c->steps;
+        if ((c->log_every > 0 && tr.step % c->log_every == 0) || last) log_step(&tr, &L, lr, res);
+        if (has_eval(c) && ((c->eval_every > 0 && tr.step % c->eval_every == 0) || last)) {
+            MR_TRY(tr_bufs_broadcast(&tr)); /* replica 0's running statistics are the model's */
+            MR_TRY(evaluate(c, tr.steps, &tr.dv, micro, comm, res));
+            log_eval(c, L.metrics, tr.step, tr_now_s() - tr.time_origin, res);
+            L.t_last = tr_now_s(); /* evaluation time is not training throughput */
         }
         /* one replica stops for a signal that came at any time during the step; replicas stop on
          * the step they agreed on */
         if (!comm && g_stop_signal) stop = 1;
         /* after the evaluation: a run killed before the checkpoint redoes that evaluation */
         if (c->ckpt_dir && ((c->ckpt_every > 0 && tr.step % c->ckpt_every == 0) || last || stop)) {
-            double t0 = now_s();
+            const double t1 = tr_now_s();
             MR_TRY(save_checkpoint(&tr, res));
-            t_log += now_s() - t0; /* saving is not training throughput (it has its own log line) */
+            L.t_last += tr_now_s() - t1; /* saving is not training throughput (it has its own log line) */
         }
         if (stop) {
             res->stopped_by = g_stop_signal ? (int)g_stop_signal : SIGTERM; /* another replica's signal */
@@ -823,20 +708,16 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
     }
     if (resume && res->resumed_from == c->steps) {
         /* the checkpoint is the end of this run: nothing to train; report its evaluation */
-        const int have_eval = mr_model_task(&c->model) == MR_TASK_LM ? (c->eval_tokens || c->eval_text) : c->eval_images != NULL;
         if (!c->quiet)
             mr_log_info("%s is already at train.steps (%lld): nothing to train (raise train.steps to go on, or set "
                         "checkpoint.resume: never to start over)", rpath, (long long)c->steps);
-        if (have_eval) {
-            eval_out ev;
-            MR_TRY(evaluate(c, tr.steps, &tr.dv, micro, comm, &ev));
-            res->eval_loss = ev.loss;
-            res->eval_accuracy = ev.accuracy;
-            res->eval_perplexity = ev.perplexity;
+        if (has_eval(c)) {
+            MR_TRY(tr_bufs_broadcast(&tr));
+            MR_TRY(evaluate(c, tr.steps, &tr.dv, micro, comm, res));
         }
     }
     res->steps = tr.step;
-    res->seconds = now_s() - t_start;
+    res->seconds = tr_now_s() - L.t_start;
     res->skipped_steps = tr.scaling ? tr.scaler.skipped : 0;
     res->loss_scale = tr.scaling ? tr.scaler.scale : 1.0;
     if (vocab && c->sample_chars > 0 && !res->stopped_by && tr.rank == 0)
@@ -847,10 +728,7 @@ fail:
     /* a failed GPU replica aborts its NCCL communicator now: tearing it down politely would wait
      * for peers that will never finish the collective */
     if (st != MR_OK && tr.dv.own_gcomm) mr_comm_abort(tr.dv.gcomm, 1, mr_last_error());
-    if (metrics) fclose(metrics);
-    free(acc);
-    mr_comm_queue_free(queue);
-    free(buckets);
+    if (L.metrics) fclose(L.metrics);
     trainer_free(&tr);
     return st;
 }
@@ -943,20 +821,15 @@ mr_status mr_evaluate_checkpoint(const mr_train_cfg *cfg, const char *checkpoint
     res->eval_loss = res->eval_accuracy = res->eval_perplexity = NAN;
     MR_TRY(trainer_init(&tr, cfg, 0, NULL));
     const mr_train_cfg *c = &tr.c;
-    MR_CHECK(mr_model_task(&c->model) == MR_TASK_LM ? (c->eval_tokens || c->eval_text) : c->eval_images != NULL,
-             MR_ERR_INVALID, "data.eval: the config has no evaluation data");
+    MR_CHECK(has_eval(c), MR_ERR_INVALID, "data.eval: the config has no evaluation data");
     mr_ckpt_reader *r = NULL;
     int foreign = mr_ckpt_open(checkpoint, 0, &r) != MR_OK;
     mr_ckpt_close(r);
     MR_TRY(tr_load_params(tr.ps, checkpoint, foreign, &res->steps));
     MR_TRY(tr_dev_push(&tr));
-    eval_out ev;
-    double t0 = now_s();
-    MR_TRY(evaluate(c, tr.steps, &tr.dv, c->batch / c->accumulate, NULL, &ev));
-    res->seconds = now_s() - t0;
-    res->eval_loss = ev.loss;
-    res->eval_accuracy = ev.accuracy;
-    res->eval_perplexity = ev.perplexity;
+    double t0 = tr_now_s();
+    MR_TRY(evaluate(c, tr.steps, &tr.dv, c->batch / c->accumulate, NULL, res));
+    res->seconds = tr_now_s() - t0;
     res->compilations = mr_steps_compilations(tr.steps);
 fail:
     trainer_free(&tr);

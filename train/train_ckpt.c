@@ -1,12 +1,15 @@
 /* What a training checkpoint holds and how a run comes back from it (the file layer, atomic
  * writes and checksums: checkpoint/ckpt.h; the layout is documented in the README):
  *   /params/<name>                 f32 master weights, PyTorch names and layouts
+ *   /buffers/<name>                the model's buffers (mr_params_bufs: batch norm's running_mean,
+ *                                  running_var, num_batches_tracked as a 0-d f32), replica 0's;
+ *                                  only for models that have them
  *   /optimizer/<name>/<slot>       momentum_buffer | exp_avg, exp_avg_sq (f32)
  *   /state/data_iter/<replica>     the data iterator's state blob (data/data.h)
  *   attributes: step, epoch, optimizer.* (type, hyperparameters, steps), loss_scale.*, rng.*,
  *   metrics.* (the open log interval), train.batch/accumulate, world_size, mirror_version,
  *   model, precision, config (the experiment's YAML). */
-#include "launch/trainer_impl.h"
+#include "train/train_impl.h"
 #include "checkpoint/ckpt.h"
 #include "core/log.h"
 
@@ -40,7 +43,7 @@ mr_status tr_ckpt_save(trainer *t, const char *path) {
     for (int k = 0; k < nslots && t->zero; k++) {
         full[k] = malloc(sizeof(float) * (size_t)t->n);
         MR_CHECK(full[k], MR_ERR_NOMEM, "checkpoint: out of memory for the optimizer state");
-        MR_TRY(tr_zero_full_slot(t, k, full[k]));
+        MR_TRY(mr_ddp_gather_shards(t->ddp, mr_optim_slot(t->opt, k), full[k]));
     }
     const int32_t np = mr_params_count(t->ps);
     for (int32_t i = 0; i < np; i++) {
@@ -52,6 +55,12 @@ mr_status tr_ckpt_save(trainer *t, const char *path) {
             snprintf(name, sizeof name, "optimizer/%s/%s", mr_params_name(t->ps, i), mr_optim_slot_name(t->opt, k));
             MR_TRY(mr_ckpt_writer_add(w, name, MR_F32, &sh, slot + mr_params_offset(t->ps, i)));
         }
+    }
+    const mr_params *bufs = mr_params_bufs(t->ps);
+    for (int32_t i = 0; i < mr_params_count(bufs); i++) {
+        mr_shape sh = mr_params_shape(bufs, i);
+        snprintf(name, sizeof name, "buffers/%s", mr_params_name(bufs, i));
+        MR_TRY(mr_ckpt_writer_add(w, name, MR_F32, &sh, mr_params_data(bufs, i)));
     }
     MR_TRY(mr_data_iter_save(t->train.it, &blob, &bytes));
     if (!t->comm) {
@@ -128,10 +137,11 @@ fail:
     return st;
 }
 
-/* Every registry parameter from /params/<name> with its shape into the registry's buffer; names in
- * the file that the model lacks are an error too (a wrong architecture must not half-load). */
-static mr_status load_params(const mr_ckpt_reader *r, const char *path, const mr_params *ps) {
-    const char *group = "params";
+/* Every entry of registry ps from /<group>/<name> with its shape into the registry's buffer;
+ * names in the file that the model lacks are an error too (a wrong architecture must not
+ * half-load). what: "parameter" or "buffer", for the messages. */
+static mr_status load_group(const mr_ckpt_reader *r, const char *path, const mr_params *ps, const char *group,
+                            const char *what) {
     float *base = mr_params_buffer(ps);
     mr_status st = MR_OK;
     char name[1024];
@@ -141,20 +151,42 @@ static mr_status load_params(const mr_ckpt_reader *r, const char *path, const mr
     for (int32_t i = 0; i < np; i++) {
         snprintf(name, sizeof name, "%s/%s", group, mr_params_name(ps, i));
         MR_CHECK(mr_ckpt_has(r, name), MR_ERR_INVALID,
-                 "%s: the model's parameter '%s' is missing (no /%s); HINT: the file is of another model or config",
-                 path, mr_params_name(ps, i), name);
+                 "%s: the model's %s '%s' is missing (no /%s); HINT: the file is of another model or config",
+                 path, what, mr_params_name(ps, i), name);
         mr_shape sh = mr_params_shape(ps, i);
         MR_TRY(mr_ckpt_read(r, name, MR_F32, &sh, base + mr_params_offset(ps, i)));
     }
     MR_TRY(mr_ckpt_list(r, group, &names, &nn));
     for (int k = 0; k < nn; k++) {
         MR_CHECK(mr_params_find(ps, names[k]) >= 0, MR_ERR_INVALID,
-                 "%s: /%s/%s is not a parameter of this model; HINT: the file is of another model or config", path,
-                 group, names[k]);
+                 "%s: /%s/%s is not a %s of this model; HINT: the file is of another model or config", path, group,
+                 names[k], what);
     }
 fail:
     mr_ckpt_names_free(names, nn);
     return st;
+}
+
+static mr_status load_params(const mr_ckpt_reader *r, const char *path, const mr_params *ps) {
+    return load_group(r, path, ps, "params", "parameter");
+}
+
+/* The model's buffers from /buffers/<name> (batch norm's running statistics). A file without
+ * /buffers (an older checkpoint, a PyTorch parameter file) keeps the initial values, with a
+ * warning naming the file; one that has them must have every one. */
+static mr_status load_bufs(const mr_ckpt_reader *r, const char *path, const mr_params *ps) {
+    const mr_params *bufs = mr_params_bufs(ps);
+    char **names = NULL;
+    int nn = 0;
+    if (mr_ckpt_list(r, "buffers", &names, &nn) != MR_OK) nn = 0; /* no such group */
+    mr_ckpt_names_free(names, nn);
+    if (nn == 0) {
+        if (mr_params_count(bufs) > 0)
+            mr_log_warn("%s: no /buffers (the model has %d, e.g. '%s'): they keep their initial values", path,
+                        (int)mr_params_count(bufs), mr_params_name(bufs, 0));
+        return MR_OK;
+    }
+    return load_group(r, path, bufs, "buffers", "buffer");
 }
 
 mr_status tr_load_params(mr_params *ps, const char *path, int foreign, int64_t *step) {
@@ -163,6 +195,7 @@ mr_status tr_load_params(mr_params *ps, const char *path, int foreign, int64_t *
     *step = 0;
     MR_TRY(mr_ckpt_open(path, foreign ? MR_CKPT_FOREIGN : 0, &r));
     MR_TRY(load_params(r, path, ps));
+    MR_TRY(load_bufs(r, path, ps));
     if (mr_ckpt_attr_i64(r, "step", step) != MR_OK) *step = 0;
 fail:
     mr_ckpt_close(r);
@@ -184,6 +217,7 @@ mr_status tr_ckpt_load(trainer *t, const char *path) {
              "fresh from its parameters with checkpoint.init_from and resume: never",
              path, otype, OPTIM_NAMES[c->optim.kind], otype);
     MR_TRY(load_params(r, path, t->ps));
+    MR_TRY(load_bufs(r, path, t->ps));
     if (t->zero) {
         full = malloc(sizeof(float) * (size_t)t->n);
         MR_CHECK(full, MR_ERR_NOMEM, "checkpoint: out of memory for the optimizer state");
@@ -201,7 +235,7 @@ mr_status tr_ckpt_load(trainer *t, const char *path) {
                      path, name);
             MR_TRY(mr_ckpt_read(r, name, MR_F32, &sh, slot + mr_params_offset(t->ps, i)));
         }
-        if (t->zero) memcpy(mr_optim_slot(t->opt, k), full + t->zoff, sizeof(float) * (size_t)t->zlen);
+        if (t->zero) memcpy(mr_optim_slot(t->opt, k), full + t->zsh.off, sizeof(float) * (size_t)t->zsh.len);
     }
     int64_t v = 0;
     double d = 0;

@@ -1,6 +1,6 @@
-/* The trainer's device path (trainer_impl.h): one replica's parameters, gradients, optimizer
- * state and batches on a device, with the registry's host buffers as the shadow copy that
- * checkpoints read and write.
+/* The trainer's device path (train_impl.h): one replica's parameters, gradients, buffers
+ * (batch norm's running statistics), optimizer state and batches on a device, with the
+ * registry's host buffers as the shadow copy that checkpoints read and write.
  *
  * The same code runs with the CPU as the device (mr_train_cfg.device_path): separate host
  * buffers, copies through the CPU backend, the optimizer through the op table, the vector kernels
@@ -12,7 +12,7 @@
  * replica's stream. The loss is read back once a step (the trainer's decisions, skip or clip,
  * are made on the host), which synchronises the stream; the next batch's staging copy runs on the
  * host while nothing is queued, so there is no copy/compute overlap yet: see the note on issue 8. */
-#include "launch/trainer_impl.h"
+#include "train/train_impl.h"
 #include "core/log.h"
 #include "core/vec.h"
 
@@ -52,11 +52,24 @@ static void host_free(tr_device *dv, void *p) {
     else free(p);
 }
 
+/* The host path: the step's buffers are the registry's own (allocated by mr_steps_register), the
+ * optimizer is the host one (t->opt), only the accumulation buffer is new. */
+static mr_status alias_registry(trainer *t) {
+    tr_device *dv = &t->dv;
+    dv->dev = mr_device_cpu();
+    mr_status st = mr_backend_get(MR_DEVICE_CPU, &dv->be);
+    dv->d_params = mr_params_buffer(t->ps);
+    dv->d_grads = mr_params_grad_buffer(t->ps);
+    if (st == MR_OK && t->c.accumulate > 1)
+        st = dev_alloc(dv, (size_t)(t->n ? t->n : 1) * sizeof(float), (void **)&dv->d_acc);
+    return st;
+}
+
 mr_status tr_dev_init(trainer *t, int with_optim) {
     mr_status st = MR_OK;
     const mr_train_cfg *c = &t->c;
     tr_device *dv = &t->dv;
-    if (c->device_kind != MR_DEVICE_CUDA && !c->device_path) return MR_OK;
+    if (c->device_kind != MR_DEVICE_CUDA && !c->device_path) return alias_registry(t);
     MR_CHECK(!t->zero, MR_ERR_UNSUPPORTED,
              "distribute.shard_optimizer: not available on GPU replicas yet; HINT: set shard_optimizer: false");
     dv->on = 1;
@@ -82,6 +95,11 @@ mr_status tr_dev_init(trainer *t, int with_optim) {
     MR_TRY(dev_alloc(dv, MR_VEC_SCRATCH * sizeof(double), (void **)&dv->d_scratch));
     dv->loss_scale = 0.0f; /* not yet set: the first tr_dev_set_loss_scale copies */
     MR_TRY(mr_steps_set_device(t->steps, dv->dev, dv->stream, dv->d_params, dv->d_grads, dv->d_loss_scale));
+    dv->n_bufs = mr_params_buffer_numel(mr_params_bufs(t->ps));
+    if (dv->n_bufs > 0) {
+        MR_TRY(dev_alloc(dv, (size_t)dv->n_bufs * sizeof(float), (void **)&dv->d_bufs));
+        MR_TRY(mr_steps_set_device_bufs(t->steps, dv->d_bufs));
+    }
     if (with_optim) MR_TRY(mr_optim_new_on(&c->optim, t->n, dv->dev, dv->stream, &dv->opt));
     if (!c->quiet) {
         char name[32];
@@ -105,10 +123,15 @@ void tr_dev_free(trainer *t) {
         host_free(dv, dv->in[i].h_y);
     }
     free(dv->h_read);
+    dv->be->free(dv->dev.index, dv->d_acc);
+    if (!dv->on) { /* the host path: the rest is the registry's */
+        memset(dv, 0, sizeof *dv);
+        return;
+    }
     dv->be->free(dv->dev.index, dv->d_params);
     dv->be->free(dv->dev.index, dv->d_grads);
-    dv->be->free(dv->dev.index, dv->d_acc);
     dv->be->free(dv->dev.index, dv->d_loss_scale);
+    dv->be->free(dv->dev.index, dv->d_bufs);
     dv->be->free(dv->dev.index, dv->d_scratch);
     if (dv->stream) dv->be->stream_free(dv->stream);
     memset(dv, 0, sizeof *dv);
@@ -145,6 +168,17 @@ static mr_status copy_optim(trainer *t, int push) {
     return MR_OK;
 }
 
+mr_status tr_dev_bufs(trainer *t, int push) {
+    tr_device *dv = &t->dv;
+    if (!dv->on || dv->n_bufs == 0) return MR_OK;
+    float *h = mr_params_buffer(mr_params_bufs(t->ps));
+    const size_t bytes = (size_t)dv->n_bufs * sizeof(float);
+    mr_status st = push ? dv->be->copy(dv->dev.index, dv->d_bufs, h, bytes, to_dev(dv), dv->stream)
+                        : dv->be->copy(dv->dev.index, h, dv->d_bufs, bytes, to_host(dv), dv->stream);
+    if (st == MR_OK) st = dv->be->stream_sync(dv->stream); /* the host side is free or complete on return */
+    return st;
+}
+
 mr_status tr_dev_push(trainer *t) {
     mr_status st = MR_OK;
     tr_device *dv = &t->dv;
@@ -152,6 +186,7 @@ mr_status tr_dev_push(trainer *t) {
     MR_TRY(dv->be->copy(dv->dev.index, dv->d_params, mr_params_buffer(t->ps), (size_t)t->n * sizeof(float), to_dev(dv),
                         dv->stream));
     MR_TRY(copy_optim(t, 1));
+    MR_TRY(tr_dev_bufs(t, 1));
     /* the host buffers may change as soon as we return */
     MR_TRY(dv->be->stream_sync(dv->stream));
 fail:
@@ -165,6 +200,7 @@ mr_status tr_dev_pull(trainer *t) {
     MR_TRY(dv->be->copy(dv->dev.index, mr_params_buffer(t->ps), dv->d_params, (size_t)t->n * sizeof(float),
                         to_host(dv), dv->stream));
     MR_TRY(copy_optim(t, 0));
+    MR_TRY(tr_dev_bufs(t, 0));
     MR_TRY(dv->be->stream_sync(dv->stream));
 fail:
     return st;

@@ -7,8 +7,8 @@
  * communication_s and optimizer_s (averages over the log interval). Every evaluation appends
  * step, time, eval_loss and eval_accuracy (classifiers) or eval_perplexity (language models).
  * Library code: it reports through mr_status; the CLI maps that to an exit code. */
-#ifndef MR_TRAINER_H
-#define MR_TRAINER_H
+#ifndef MR_TRAIN_H
+#define MR_TRAIN_H
 
 #include <stdint.h>
 #include "models/models.h"

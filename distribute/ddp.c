@@ -1,0 +1,211 @@
+/* The data-parallel reducer (ddp.h): gradient buckets all-reduced while the backward goes on, one
+ * all-reduce after it (host or NCCL), or ZeRO-1's reduce-scatter / all-gather. The trainer
+ * (train/train.c) calls it once per step; this file knows communicators and buffers, not models:
+ * the caller says where each parameter's gradient lies and when the backward finishes it. */
+#include "distribute/ddp.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum ddp_mode { DDP_SINGLE, DDP_OVERLAP, DDP_ALLREDUCE, DDP_SHARD, DDP_NONE } ddp_mode;
+
+/* A contiguous range of the gradient buffer all-reduced as one piece while the backward goes on. */
+typedef struct bucket {
+    int64_t off, n;  /* elements of the gradient buffer */
+    int32_t ready;   /* the backward's kernels after which its gradients are final */
+    int64_t ticket;
+} bucket;
+
+struct mr_ddp {
+    ddp_mode mode;
+    mr_comm *comm, *gcomm;
+    mr_device dev;
+    mr_stream *stream;
+    const mr_backend *be;
+    float *grads;
+    int64_t n;
+    int world, rank;
+    bucket *b;
+    int nb;
+    mr_comm_queue *q;
+    mr_ddp_shard sh;
+    float *zbuf;   /* world * stride: the padded gradient / parameter exchange buffer */
+    float *zshard; /* stride: this replica's averaged gradient shard */
+};
+
+mr_ddp_shard mr_ddp_shard_of(int64_t n, int world, int rank) {
+    mr_ddp_shard s;
+    s.stride = world > 0 ? (n + world - 1) / world : n;
+    s.off = (int64_t)rank * s.stride;
+    s.len = n - s.off < s.stride ? n - s.off : s.stride;
+    if (s.len < 0) s.len = 0;
+    return s;
+}
+
+static int cmp_bucket(const void *a, const void *b) {
+    const bucket *x = a, *y = b;
+    return (x->ready > y->ready) - (x->ready < y->ready);
+}
+
+/* Buckets of at most cap_bytes (a parameter bigger than that is a bucket of its own) over
+ * consecutive parameters, taken from the last one back (the backward produces the last layers'
+ * gradients first), sorted by when they are ready. The first bucket is kept to 1 MB (PyTorch
+ * DDP's rule): its all-reduce can then start early in the backward even when the whole model
+ * would fit one bucket. */
+static mr_status make_buckets(mr_ddp *d, const mr_ddp_param *ps, int32_t np, double cap_bytes) {
+    bucket *b = calloc((size_t)(np > 0 ? np : 1), sizeof *b);
+    if (!b) return mr_set_error(MR_ERR_NOMEM, "ddp: out of memory for gradient buckets");
+    int k = -1;
+    int64_t end = 0;
+    for (int32_t i = np - 1; i >= 0; i--) {
+        const int64_t off = ps[i].off, n = ps[i].n;
+        const double cap = k <= 0 && cap_bytes > 1048576.0 ? 1048576.0 : cap_bytes;
+        if (k < 0 || (double)(end - off) * sizeof(float) > cap) {
+            k++;
+            b[k].off = off;
+            end = off + n;
+            b[k].ready = 0;
+        }
+        b[k].off = off;
+        b[k].n = end - off;
+        if (ps[i].ready > b[k].ready) b[k].ready = ps[i].ready;
+    }
+    d->nb = k + 1;
+    qsort(b, (size_t)d->nb, sizeof *b, cmp_bucket);
+    d->b = b;
+    return MR_OK;
+}
+
+static ddp_mode pick_mode(const mr_ddp_cfg *c) {
+    if (!c->comm) return DDP_SINGLE;
+    if (c->no_exchange) return DDP_NONE;
+    if (c->shard) return DDP_SHARD;
+    const int host = c->dev.kind == MR_DEVICE_CPU && (!c->gcomm || c->gcomm == c->comm);
+    if (c->overlap && host && mr_comm_backend_of(c->comm) != MR_COMM_HIER) return DDP_OVERLAP;
+    return DDP_ALLREDUCE;
+}
+
+mr_status mr_ddp_new(const mr_ddp_cfg *c, mr_ddp **out) {
+    mr_status st = MR_OK;
+    *out = NULL;
+    mr_ddp *d = calloc(1, sizeof *d);
+    MR_CHECK(d, MR_ERR_NOMEM, "ddp: out of memory");
+    MR_CHECK(c->n >= 0 && (c->grads || c->n == 0), MR_ERR_INVALID, "ddp: no gradient buffer");
+    d->mode = pick_mode(c);
+    d->comm = c->comm;
+    d->gcomm = c->gcomm ? c->gcomm : c->comm;
+    d->dev = c->dev;
+    d->stream = c->stream;
+    d->grads = c->grads;
+    d->n = c->n;
+    d->world = c->comm ? mr_comm_size(c->comm) : 1;
+    d->rank = c->comm ? mr_comm_rank(c->comm) : 0;
+    MR_TRY(mr_backend_get(c->dev.kind, &d->be));
+    if (d->mode == DDP_OVERLAP) {
+        MR_TRY(make_buckets(d, c->params, c->n_params, (c->bucket_bytes > 0 ? c->bucket_bytes : 16.0 * 1048576.0)));
+        MR_TRY(mr_comm_queue_new(c->comm, &d->q));
+    }
+    if (d->mode == DDP_SHARD) {
+        MR_CHECK(c->dev.kind == MR_DEVICE_CPU, MR_ERR_INVALID,
+                 "distribute.shard_optimizer: not available on GPU replicas yet; HINT: set shard_optimizer: false");
+        d->sh = mr_ddp_shard_of(c->n, d->world, d->rank);
+        MR_CHECK(d->sh.len > 0, MR_ERR_INVALID,
+                 "distribute.shard_optimizer: %lld parameters do not shard over %d replicas", (long long)c->n, d->world);
+        d->zbuf = calloc((size_t)(d->sh.stride * d->world), sizeof(float));
+        d->zshard = calloc((size_t)d->sh.stride, sizeof(float));
+        MR_CHECK(d->zbuf && d->zshard, MR_ERR_NOMEM, "ddp: out of memory for the optimizer shard");
+    }
+    *out = d;
+    return MR_OK;
+fail:
+    mr_ddp_free(d);
+    return st;
+}
+
+void mr_ddp_free(mr_ddp *d) {
+    if (!d) return;
+    mr_comm_queue_free(d->q);
+    free(d->b);
+    free(d->zbuf);
+    free(d->zshard);
+    free(d);
+}
+
+mr_status mr_ddp_backward(mr_ddp *d, mr_ddp_run_fn run, void *ctx, int32_t first, int32_t last) {
+    mr_status st = MR_OK;
+    int32_t at = first;
+    for (int k = 0; d->mode == DDP_OVERLAP && k < d->nb; k++) {
+        bucket *b = &d->b[k];
+        if (b->ready > at) {
+            MR_TRY(run(ctx, at, b->ready < last ? b->ready : last));
+            at = b->ready < last ? b->ready : last;
+        }
+        MR_TRY(mr_comm_queue_allreduce(d->q, d->grads + b->off, b->n, MR_F32, MR_REDUCE_AVG, &b->ticket));
+    }
+    if (at < last) MR_TRY(run(ctx, at, last));
+fail:
+    return st;
+}
+
+mr_status mr_ddp_finish(mr_ddp *d, float *g, double *agree, int n_agree, mr_ddp_part *upd) {
+    mr_status st = MR_OK;
+    *upd = (mr_ddp_part){g, 0, d->n};
+    switch (d->mode) {
+    case DDP_SINGLE:
+        break;
+    case DDP_OVERLAP: /* what the backward did not hide */
+        MR_CHECK(g == d->grads, MR_ERR_INTERNAL, "ddp: the overlapped exchange averages the gradient buffer itself");
+        for (int k = 0; k < d->nb; k++) MR_TRY(mr_comm_queue_wait(d->q, d->b[k].ticket));
+        MR_TRY(mr_comm_allreduce(d->comm, agree, n_agree, MR_F64, MR_REDUCE_SUM));
+        break;
+    default:
+        /* the gradient collectives run on their own stream (NCCL): the accumulation and anything
+         * else that wrote g must be done, and no replica may launch NCCL's spinning kernels while
+         * another still allocates; the host agreement is the barrier */
+        MR_TRY(d->be->stream_sync(d->stream));
+        MR_TRY(mr_comm_allreduce(d->comm, agree, n_agree, MR_F64, MR_REDUCE_SUM));
+        if (d->mode == DDP_ALLREDUCE) {
+            MR_TRY(mr_comm_allreduce(d->gcomm, g, d->n, MR_F32, MR_REDUCE_AVG));
+        } else if (d->mode == DDP_SHARD) {
+            memcpy(d->zbuf, g, sizeof(float) * (size_t)d->n); /* the padding past n stays zero */
+            MR_TRY(mr_comm_reduce_scatter(d->comm, d->zbuf, d->zshard, d->sh.stride, MR_F32, MR_REDUCE_AVG));
+            *upd = (mr_ddp_part){d->zshard, d->sh.off, d->sh.len};
+        }
+        break;
+    }
+fail:
+    return st;
+}
+
+mr_status mr_ddp_all(mr_ddp *d, int *flag) {
+    if (d->mode != DDP_SHARD) return MR_OK;
+    int64_t bad = !*flag;
+    mr_status st = mr_comm_allreduce(d->comm, &bad, 1, MR_I64, MR_REDUCE_SUM);
+    *flag = bad == 0;
+    return st;
+}
+
+mr_status mr_ddp_sumsq(mr_ddp *d, double *sumsq) {
+    if (d->mode != DDP_SHARD) return MR_OK;
+    return mr_comm_allreduce(d->comm, sumsq, 1, MR_F64, MR_REDUCE_SUM);
+}
+
+mr_status mr_ddp_gather_shards(mr_ddp *d, const float *shard, float *full) {
+    MR_ASSERT(d->mode == DDP_SHARD);
+    float *mine = d->zbuf + d->sh.off;
+    memmove(mine, shard, sizeof(float) * (size_t)d->sh.len);
+    memset(mine + d->sh.len, 0, sizeof(float) * (size_t)(d->sh.stride - d->sh.len));
+    mr_status st = mr_comm_allgather(d->comm, mine, d->zbuf, d->sh.stride, MR_F32);
+    if (st == MR_OK) memcpy(full, d->zbuf, sizeof(float) * (size_t)d->n);
+    return st;
+}
+
+mr_status mr_ddp_gather(mr_ddp *d, float *params) {
+    if (d->mode != DDP_SHARD) return MR_OK;
+    return mr_ddp_gather_shards(d, params + d->sh.off, params);
+}
+
+double mr_ddp_busy_seconds(const mr_ddp *d) { return d && d->q ? mr_comm_queue_busy_seconds(d->q) : 0.0; }
+
+int mr_ddp_overlaps(const mr_ddp *d) { return d && d->mode == DDP_OVERLAP; }
