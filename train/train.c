@@ -408,6 +408,13 @@ static mr_status trainer_init(trainer *t, const mr_train_cfg *cfg, int with_opti
     MR_TRY(mr_steps_new(mr_model_step_build, &t->c.model, t->ps, MR_DEVICE_CPU, &t->steps));
     mr_steps_set_compute(t->steps, c->compute);
     mr_steps_set_allow_tf32(t->steps, c->allow_tf32);
+    if (comm && mr_model_uses_sync(&c->model)) { /* batch-norm statistics of the global batch */
+        MR_CHECK(c->device_kind != MR_DEVICE_CUDA, MR_ERR_UNSUPPORTED,
+                 "model.layers: batchnorm sync: not on GPU replicas yet; HINT: sync: false (each GPU normalises its own "
+                 "micro-batch), or CPU replicas");
+        MR_TRY(mr_sync_hook_init(&t->sync, comm));
+        mr_steps_set_sync(t->steps, &t->sync.hook);
+    }
     /* the step's buffers follow the registry's layout: register before the first compilation */
     MR_TRY(mr_steps_register(t->steps, micro));
     t->n = mr_params_buffer_numel(t->ps);

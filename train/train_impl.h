@@ -8,6 +8,7 @@
 #include "data/data.h"
 #include "distribute/comm.h"
 #include "distribute/ddp.h"
+#include "distribute/sync_hook.h"
 #include "train/train.h"
 
 typedef struct tr_pipeline {
@@ -76,6 +77,7 @@ typedef struct trainer {
     int zero;
     mr_ddp_shard zsh;
     mr_ddp *ddp;            /* the gradient exchange over comm (single mode without one) */
+    mr_sync_hook sync;      /* sync batch norm's sum over comm (mr_model_uses_sync) */
     /* Where the step works (t->dv's): gdev is the CPU on the host path (the vector kernels of
      * core/vec.h give the host loops' bits there), stream and d_scratch NULL. acc: the
      * accumulation buffer (accumulate > 1). */

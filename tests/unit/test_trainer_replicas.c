@@ -12,9 +12,11 @@
 
 #include "harness.h"
 #include "checkpoint/ckpt.h"
+#include "launch/config.h"
 #include "train/train.h"
 
 #define STEPS 50
+#define FM "/usr/share/datasets/fashion-mnist/"
 
 static mr_train_cfg small_mlp(const char *dir, int replicas) {
     mr_train_cfg c;
@@ -30,21 +32,21 @@ static mr_train_cfg small_mlp(const char *dir, int replicas) {
     return c;
 }
 
-/* The largest |a - b| over the parameters of two checkpoints. */
-static double max_param_diff(const char *a, const char *b) {
+/* The largest |a - b| over group ("params", "buffers") of two checkpoints. */
+static double max_group_diff(const char *a, const char *b, const char *group) {
     mr_ckpt_reader *ra = NULL, *rb = NULL;
     MR_ASSERT_OK(mr_ckpt_open(a, 0, &ra));
     MR_ASSERT_OK(mr_ckpt_open(b, 0, &rb));
     char **names = NULL;
     int n = 0;
     double worst = 0;
-    MR_ASSERT_OK(mr_ckpt_list(ra, "params", &names, &n));
+    MR_ASSERT_OK(mr_ckpt_list(ra, group, &names, &n));
     assert_true(n > 0);
     for (int i = 0; i < n; i++) {
         char p[512];
         mr_dtype dt;
         mr_shape sh;
-        snprintf(p, sizeof p, "params/%s", names[i]);
+        snprintf(p, sizeof p, "%s/%s", group, names[i]);
         MR_ASSERT_OK(mr_ckpt_info(ra, p, &dt, &sh));
         int64_t k = mr_shape_numel(&sh);
         float *x = malloc((size_t)k * sizeof *x), *y = malloc((size_t)k * sizeof *y);
@@ -62,6 +64,8 @@ static double max_param_diff(const char *a, const char *b) {
     mr_ckpt_close(rb);
     return worst;
 }
+
+static double max_param_diff(const char *a, const char *b) { return max_group_diff(a, b, "params"); }
 
 static const char *final_ckpt(const char *dir) {
     static char path[3][4096];
@@ -105,6 +109,41 @@ static void test_replicas_match_one(void **state) {
             assert_true(fabs(r1.eval_accuracy - rn.eval_accuracy) < 2e-3);
         }
     }
+}
+
+/* Sync batch norm (sync: true) through the trainer: 2 replicas with half the batch each train the
+ * parameters and running statistics one replica with the whole batch trains, within rounding;
+ * without sync, each replica normalises its own micro-batch and they do not. */
+static void test_replicas_sync_batchnorm(void **state) {
+    (void)state;
+    if (!th_have_fashion_mnist()) skip();
+    double diff[2][2];
+    for (int sync = 0; sync <= 1; sync++) {
+        char yaml[1024];
+        snprintf(yaml, sizeof yaml,
+                 "model:\n  type: graph\n  input: [784]\n  layers:\n    - linear: {out: 64}\n"
+                 "    - batchnorm1d: {sync: %s}\n    - relu\n    - linear: {out: 10}\n"
+                 "data: {train: {source: idx, images: %s, labels: %s}}\n",
+                 sync ? "true" : "false", FM "train-images-idx3-ubyte.gz", FM "train-labels-idx1-ubyte.gz");
+        mr_experiment e;
+        if (mr_experiment_parse(yaml, "sync.yaml", &e) != MR_OK) fail_msg("%s", mr_last_error());
+        char one[512];
+        snprintf(one, sizeof one, "%s", run_dir(sync ? "bn-one-sync" : "bn-one"));
+        const char *two = run_dir(sync ? "bn-two-sync" : "bn-two");
+        mr_train_cfg c1 = small_mlp(one, 1), c2 = small_mlp(two, 2);
+        c1.model = c2.model = e.model;
+        mr_train_result r1, r2;
+        MR_ASSERT_OK(mr_train(&c1, &r1));
+        MR_ASSERT_OK(mr_train(&c2, &r2));
+        diff[sync][0] = max_param_diff(final_ckpt(one), final_ckpt(two));
+        diff[sync][1] = max_group_diff(final_ckpt(one), final_ckpt(two), "buffers");
+        fprintf(stderr, "batch norm %s: 1 vs 2 replicas: max |param diff| %.3g, max |buffer diff| %.3g after %d steps; "
+                        "eval accuracy %.4f vs %.4f\n", sync ? "sync" : "per replica", diff[sync][0], diff[sync][1],
+                STEPS, r1.eval_accuracy, r2.eval_accuracy);
+        mr_experiment_deinit(&e);
+    }
+    assert_true(diff[1][0] < 1e-4 && diff[1][1] < 1e-3); /* rounding only (the sums run in another order) */
+    assert_true(diff[0][0] > 100 * diff[1][0]);          /* per-replica statistics are another model */
 }
 
 static void stop_at(void *ctx, const mr_train_state *s) {
@@ -201,6 +240,6 @@ static void test_replicas_shard_optimizer(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_replicas_match_one), cmocka_unit_test(test_replicas_resume),
-                                       cmocka_unit_test(test_replicas_shard_optimizer)};
+                                       cmocka_unit_test(test_replicas_shard_optimizer), cmocka_unit_test(test_replicas_sync_batchnorm)};
     return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);
 }
