@@ -1,5 +1,6 @@
 /* Training on the GPU through the trainer's device path: short runs of the MLP and the CNN on
- * Fashion-MNIST and of a tiny character GPT (with and without dropout) on cuda:0, each step's loss
+ * Fashion-MNIST, of a layer graph with batch norm (its running statistics in device memory too) and
+ * of a tiny character GPT (with and without dropout) on cuda:0, each step's loss
  * against the same run on the CPU host path (f32: close; bf16 and f16 with loss scaling: looser,
  * the GEMMs round differently); two GPU runs bit-identical (deterministic kernels, NCCL aside); a
  * stop and resume bit-identical to a straight GPU run; no driver allocation in steady-state steps
@@ -13,6 +14,8 @@
 #include <unistd.h>
 
 #include "gpu_util.h"
+#include "checkpoint/ckpt.h"
+#include "launch/config.h"
 #include "train/train.h"
 #ifdef MIRROR_EMU
 #include "tests/emu/emu_api.h"
@@ -137,6 +140,78 @@ static void test_gpt(void **state) {
     against_cpu("gpt f32 with dropout (no CUDA graph)", tiny_gpt(S(20), 0.1), 5e-3);
 }
 
+/* A layer graph with batch norm (conv, batchnorm2d, a residual block, global average pooling) on
+ * the device path: every step's loss against the CPU host path, and the running statistics the
+ * GPU steps updated in device memory, copied out into the checkpoint, against the CPU's. The
+ * convolutions before the batch norms have no bias: a batch norm cancels it, so its gradient is
+ * rounding noise, which Adam turns into full-size steps that differ between the two paths (the
+ * losses agree, the running means would not). */
+static void test_batchnorm_graph(void **state) {
+    (void)state;
+    if (!th_have_fashion_mnist()) skip();
+    mr_experiment e;
+    const char *yaml =
+        "model:\n  type: graph\n  input: [1, 28, 28]\n  layers:\n"
+        "    - conv2d: {out: 8, kernel: 3, stride: 2, pad: 1, bias: false}\n    - batchnorm2d\n    - relu\n"
+        "    - residual:\n        body: [{conv2d: {out: 8, kernel: 3, pad: 1, bias: false}}, batchnorm2d]\n    - relu\n"
+        "    - global_avgpool\n    - flatten\n    - linear: {out: 10}\n"
+        "data: {train: {source: idx, images: x, labels: y}}\n";
+    mr_experiment_defer_file_checks(1);
+    if (mr_experiment_parse(yaml, "bn.yaml", &e) != MR_OK) fail_msg("%s", mr_last_error());
+    mr_experiment_defer_file_checks(0);
+    mr_train_cfg c = mlp(S(24));
+    c.model = e.model;
+    c.batch = 16;
+    char dir[2][512];
+    trace g = {0}, h = {0};
+    mr_train_result rg, rh;
+    for (int k = 0; k < 2; k++) {
+        snprintf(dir[k], sizeof dir[k], "%s", th_tmp_path(k ? "bn-cpu" : "bn-gpu"));
+        c.ckpt_dir = dir[k];
+        c.resume = "never";
+        run(c, !k, k ? &h : &g, k ? &rh : &rg);
+    }
+    for (int64_t s = 1; s <= c.steps; s++)
+        if (!(fabs(g.loss[s] - h.loss[s]) <= 5e-3))
+            fail_msg("batch norm graph: step %lld: GPU loss %.6f, CPU %.6f", (long long)s, g.loss[s], h.loss[s]);
+    char pa[4096], pb[4096];
+    mr_ckpt_path(dir[0], c.steps, pa, sizeof pa);
+    mr_ckpt_path(dir[1], c.steps, pb, sizeof pb);
+    mr_ckpt_reader *ra = NULL, *rb = NULL;
+    MR_ASSERT_OK(mr_ckpt_open(pa, 0, &ra));
+    MR_ASSERT_OK(mr_ckpt_open(pb, 0, &rb));
+    char **names = NULL;
+    int n = 0;
+    double worst = 0;
+    MR_ASSERT_OK(mr_ckpt_list(ra, "buffers", &names, &n));
+    assert_int_equal(n, 6); /* 2 batch norms x running_mean, running_var, num_batches_tracked */
+    for (int i = 0; i < n; i++) {
+        char p[512];
+        mr_dtype dt;
+        mr_shape sh;
+        float x[64], y[64];
+        snprintf(p, sizeof p, "buffers/%s", names[i]);
+        MR_ASSERT_OK(mr_ckpt_info(ra, p, &dt, &sh));
+        assert_true(mr_shape_numel(&sh) <= 64);
+        MR_ASSERT_OK(mr_ckpt_read(ra, p, MR_F32, &sh, x));
+        MR_ASSERT_OK(mr_ckpt_read(rb, p, MR_F32, &sh, y));
+        for (int64_t j = 0; j < mr_shape_numel(&sh); j++) {
+            const double d = fabs((double)x[j] - y[j]) / (fabs(y[j]) + 1e-2);
+            if (d > 1e-3) fprintf(stderr, "  %s[%lld]: GPU %.7g, CPU %.7g\n", names[i], (long long)j, x[j], y[j]);
+            worst = fmax(worst, d);
+        }
+        if (strstr(names[i], "num_batches_tracked")) assert_true(x[0] == (float)c.steps && y[0] == (float)c.steps);
+    }
+    mr_ckpt_names_free(names, n);
+    mr_ckpt_close(ra);
+    mr_ckpt_close(rb);
+    fprintf(stderr, "batch norm graph: %lld steps, GPU loss %.5f vs CPU %.5f; running statistics max rel diff %.2e\n",
+            (long long)c.steps, g.loss[c.steps], h.loss[c.steps], worst);
+    assert_true(worst < 1e-3);
+    mr_experiment_deinit(&e);
+    th_free_all();
+}
+
 /* Deterministic: two GPU runs give the same bits, and a run stopped at step 9 and resumed gives
  * the straight run's bits. */
 static void test_deterministic_and_resume(void **state) {
@@ -212,7 +287,7 @@ int main(void) {
     if (gpu_none()) return 77;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp_f32),     cmocka_unit_test(test_mlp_mixed),
-        cmocka_unit_test(test_cnn),         cmocka_unit_test(test_gpt),
+        cmocka_unit_test(test_cnn),         cmocka_unit_test(test_gpt),       cmocka_unit_test(test_batchnorm_graph),
         cmocka_unit_test(test_deterministic_and_resume), cmocka_unit_test(test_steady_state_no_alloc),
         cmocka_unit_test(test_two_gpus),
     };
