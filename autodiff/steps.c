@@ -87,7 +87,14 @@ mr_status mr_steps_set_device_bufs(mr_steps *s, float *d_bufs) {
     return MR_OK;
 }
 
-void mr_steps_set_sync(mr_steps *s, const mr_hook *sync) { s->sync = sync; }
+mr_status mr_steps_set_sync(mr_steps *s, const mr_hook *sync) {
+    if (s->n > 0) return mr_set_error(MR_ERR_INVALID, "steps: the sync hook must be set before the first compilation");
+    if (sync && s->on_device && s->dev.kind != MR_DEVICE_CPU)
+        return mr_set_error(MR_ERR_UNSUPPORTED, "batchnorm sync: the hook sums host memory, not on GPU replicas yet; HINT: "
+                                                "sync: false, or CPU replicas");
+    s->sync = sync;
+    return MR_OK;
+}
 
 mr_status mr_steps_register(mr_steps *s, int64_t batch) {
     mr_status st = MR_OK;
@@ -203,7 +210,6 @@ static mr_status compile(mr_steps *s, int64_t batch, int train, mr_step **out) {
     step->n_forward = mr_graph_num_nodes(step->g); /* nodes are planned in creation order */
     keep[nkeep++] = step->io.loss;
     keep[nkeep++] = step->io.out;
-    if (train) MR_TRY(check_updates(&nn, keep, &nkeep));
     if (train) {
         /* differentiate loss * loss_scale: a bound scalar, so changing the scale never recompiles */
         step->io.loss_scale = mr_graph_input(step->g, "loss_scale", MR_F32, mr_graph_shape(step->g, step->io.loss));
@@ -223,6 +229,7 @@ static mr_status compile(mr_steps *s, int64_t batch, int train, mr_step **out) {
         MR_TRY(mr_graph_status(step->g));
         /* the gradients are bound below, so they are kept (never overwritten within a run) */
         for (int32_t i = 0; i < np; i++) keep[nkeep++] = gv[i];
+        MR_TRY(check_updates(&nn, keep, &nkeep)); /* after the backward: no backward node reads a buffer either */
     }
     if (s->on_device) {
         MR_TRY(mr_plan_new_on(step->g, s->dev, s->stream, keep, nkeep, &step->plan));

@@ -82,8 +82,9 @@ mr_status mr_steps_set_device_bufs(mr_steps *s, float *d_bufs) MR_WUR;
 
 /* Later compilations give the models' synchronised batch-norm layers (sync: true) this hook to sum
  * their statistics over the replicas (distribute/sync_hook.h; borrowed, it must outlive the
- * steps). NULL (the default): every batch norm normalises this replica's micro-batch. */
-void mr_steps_set_sync(mr_steps *s, const mr_hook *sync);
+ * steps). NULL (the default): every batch norm normalises this replica's micro-batch. MR_ERR_INVALID
+ * after a compilation, MR_ERR_UNSUPPORTED on a GPU (the hook sums host memory). */
+mr_status mr_steps_set_sync(mr_steps *s, const mr_hook *sync) MR_WUR;
 
 /* Later compilations let f32 GEMMs use TF32 on a GPU (mr_graph_set_allow_tf32). */
 void mr_steps_set_allow_tf32(mr_steps *s, int on);

@@ -160,6 +160,16 @@ static mr_status set_arg(const walker *w, const arg *a, const yaml_node_t *v, co
         if (!mr_cfg_parse_i64(s, &iv) || iv < (a->t == A_INT && !strcmp(a->name, "pad") ? 0 : 1))
             return perr(MR_ERR_INVALID, node_pos(w, v), "%s %s: %s expects a%s integer%s, got '%s'", path, kn, a->name,
                         strcmp(a->name, "pad") ? " positive" : " non-negative", a->t == A_VOCAB ? " or vocab" : "", s);
+        {
+            /* geometry in the thousands, widths to 2^31: larger is a typo, and would overflow the
+             * int arguments of the ops and the element counts */
+            const int geometry = !strcmp(a->name, "kernel") || !strcmp(a->name, "stride") || !strcmp(a->name, "pad") ||
+                                 !strcmp(a->name, "heads") || !strcmp(a->name, "mlp") || !strcmp(a->name, "times");
+            const int64_t cap = geometry ? 4096 : 2147483647;
+            if (iv > cap)
+                return perr(MR_ERR_INVALID, node_pos(w, v), "%s %s: %s must be at most %lld, got %lld", path, kn, a->name,
+                            (long long)cap, (long long)iv);
+        }
         memcpy(base, &iv, sizeof iv);
         return MR_OK;
     case A_NUM:
@@ -272,6 +282,12 @@ static mr_status parse_layer(const walker *w, const yaml_node_t *n, const char *
             return perr(MR_ERR_INVALID, node_pos(w, name), "%s: name must be 1 to %d characters without '.' or '/'", path,
                         MR_LAYER_NAME_MAX - 1);
         snprintf(g->l[li].name, sizeof g->l[li].name, "%s", s);
+        for (int i = 0; i < n_items(n); i++) { /* a second name: key would be taken silently */
+            yaml_node_t *k = yaml_document_get_node(w->doc, n->data.mapping.pairs.start[i].key);
+            if (k->type == YAML_SCALAR_NODE && !strcmp(SCALAR(k), "name") &&
+                yaml_document_get_node(w->doc, n->data.mapping.pairs.start[i].value) != name)
+                return perr(MR_ERR_INVALID, node_pos(w, k), "%s: two names", path);
+        }
     }
     return parse_args(w, args, path, g, li, depth);
 }
@@ -291,6 +307,15 @@ static mr_status parse_seq(const walker *w, const yaml_node_t *seq, const char *
         snprintf(p, sizeof p, "%.490s[%d]", path, i);
         mr_status st = parse_layer(w, item(w, seq, i), p, g, at + i, depth);
         if (st) return st;
+        /* a name is a parameter prefix: two siblings of one name would share their weights */
+        const char *nm = g->l[at + i].name;
+        if (nm[0] && strspn(nm, "0123456789") == strlen(nm))
+            return perr(MR_ERR_INVALID, node_pos(w, item(w, seq, i)), "%s: name '%s' is a position (layers without a name "
+                        "are named by their index); HINT: a name with a letter", p, nm);
+        for (int j = 0; nm[0] && j < i; j++)
+            if (!strcmp(g->l[at + j].name, nm))
+                return perr(MR_ERR_INVALID, node_pos(w, item(w, seq, i)), "%s: name '%s' is already layer %d's (its "
+                            "parameters would be shared); HINT: a name of its own, or repeat: for copies", p, nm, j);
     }
     *first = at, *n = c;
     return MR_OK;
@@ -306,6 +331,10 @@ static mr_status set_input(const walker *w, mr_experiment *e, const yaml_node_t 
     int c = 0;
     mr_status st = int_list(w, "model.input", n, v, &c, 1, 4);
     if (st) return st;
+    double numel = 1;
+    for (int i = 0; i < c; i++) numel *= (double)v[i];
+    if (numel > 1073741824.0)
+        return perr(MR_ERR_INVALID, node_pos(w, n), "model.input: a sample of %.3g values is too large (at most 2^30)", numel);
     g->tokens = 0, g->n_input = c;
     memcpy(g->input, v, sizeof v);
     if (c == 3) e->model.in_channels = v[0], e->model.height = v[1], e->model.width = v[2];

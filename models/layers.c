@@ -207,7 +207,7 @@ static mr_val layer_pool(walk *w, int32_t i, const mr_layer *l, mr_val x, const 
 
 static mr_val layer_norm(walk *w, int32_t i, const mr_layer *l, mr_val x, const char *comp, const char *path) {
     mr_graph *g = w->nn->g;
-    if (!(l->eps > 0)) return fail(w, i, path, "eps must be positive, got %g", l->eps);
+    if (!(l->eps > 0) || !isfinite(l->eps)) return fail(w, i, path, "eps must be a positive number, got %g", l->eps);
     if (l->kind == MR_LAYER_LAYERNORM) {
         if (!need_rank(w, i, path, x, 1, 3, "1-d to 3-d input", NULL)) return MR_VAL_NONE;
         mr_shape s = sample_of(w, x);
@@ -238,7 +238,7 @@ static mr_val layer_embedding(walk *w, int32_t i, const mr_layer *l, mr_val x, c
         return fail(w, i, path, "expects token ids; HINT: model.input: tokens, with the embedding first");
     const int64_t vocab = l->vocab ? l->vocab : w->ctx->vocab;
     if (!need_pos(w, i, path, "vocab", vocab) || !need_pos(w, i, path, "dim", l->dim)) return MR_VAL_NONE;
-    if (!(l->std > 0)) return fail(w, i, path, "std must be positive, got %g", l->std);
+    if (!(l->std > 0) || !isfinite(l->std)) return fail(w, i, path, "std must be a positive number, got %g", l->std);
     return mr_nn_embedding(w->nn, comp, x, vocab, l->dim, l->std);
 }
 
@@ -250,6 +250,7 @@ static mr_val layer_pos(walk *w, int32_t i, const mr_layer *l, mr_val x, const c
     const int64_t T = s.dim[0], C = s.dim[1], ctxlen = l->context ? l->context : T;
     if (l->dim && l->dim != C) return fail(w, i, path, "dim %lld does not match the input's %lld", (long long)l->dim, (long long)C);
     if (ctxlen < T) return fail(w, i, path, "context %lld is shorter than the %lld tokens", (long long)ctxlen, (long long)T);
+    if (!(l->std > 0) || !isfinite(l->std)) return fail(w, i, path, "std must be a positive number, got %g", l->std);
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)T);
     if (!pos) {
         mr_graph_fail(g, MR_ERR_NOMEM, "%s pos_embedding: out of memory", path);
@@ -283,13 +284,14 @@ static mr_val layer_transformer(walk *w, int32_t i, const mr_layer *l, mr_val x,
 
 static mr_val layer_residual(walk *w, int32_t i, const mr_layer *l, mr_val x, const char *prefix, const char *path,
                              int depth) {
+    if (!l->n_body) return fail(w, i, path, "needs body: [...] (the layers whose output the input is added to)");
     char pre[MR_NAME_MAX * 2], pth[512];
-    snprintf(pre, sizeof pre, "%sbody.", prefix);
+    snprintf(pre, sizeof pre, "%.150sbody.", prefix); /* >= 96: refused by set_prefix */
     snprintf(pth, sizeof pth, "%.480s.body", path);
     mr_val y = run_seq(w, l->body, l->n_body, x, pre, pth, depth + 1);
     mr_val sc = x;
     if (l->n_shortcut) {
-        snprintf(pre, sizeof pre, "%sshortcut.", prefix);
+        snprintf(pre, sizeof pre, "%.150sshortcut.", prefix);
         snprintf(pth, sizeof pth, "%.480s.shortcut", path);
         sc = run_seq(w, l->shortcut, l->n_shortcut, x, pre, pth, depth + 1);
     }
@@ -310,6 +312,7 @@ static mr_val layer_residual(walk *w, int32_t i, const mr_layer *l, mr_val x, co
 static mr_val layer_repeat(walk *w, int32_t i, const mr_layer *l, mr_val x, const char *prefix, const char *path,
                            int depth) {
     if (!need_pos(w, i, path, "times", l->times)) return MR_VAL_NONE;
+    if (!l->n_body) return fail(w, i, path, "needs body: [...] (the layers to repeat)");
     for (int64_t r = 0; r < l->times && !failed(w); r++) {
         char comp[32], pre[MR_NAME_MAX * 2], pth[512];
         snprintf(comp, sizeof comp, "%lld", (long long)r);
@@ -317,7 +320,7 @@ static mr_val layer_repeat(walk *w, int32_t i, const mr_layer *l, mr_val x, cons
         if (l->n_body == 1) { /* a ModuleList of blocks: h.0.ln_1 */
             x = run_layer(w, l->body, x, prefix, comp, pth, depth + 1);
         } else { /* a Sequential per repetition: 0.1.weight */
-            snprintf(pre, sizeof pre, "%s%s.", prefix, comp);
+            snprintf(pre, sizeof pre, "%.150s%.32s.", prefix, comp);
             x = run_seq(w, l->body, l->n_body, x, pre, pth, depth + 1);
         }
     }
@@ -355,6 +358,15 @@ static mr_val layer_simple(walk *w, int32_t i, const mr_layer *l, mr_val x, cons
     }
 }
 
+/* Non-zero when a parameter of the graph being built starts with prefix (another layer of the
+ * same name built before: its weights would be shared silently). */
+static int prefix_in_use(const walk *w, const char *prefix) {
+    const size_t n = strlen(prefix);
+    for (int32_t k = 0; k < mr_graph_num_params(w->nn->g); k++)
+        if (!strncmp(mr_graph_name(w->nn->g, mr_graph_param_at(w->nn->g, k)), prefix, n)) return 1;
+    return 0;
+}
+
 /* Layer i under prefix; comp is its name component ("3" or its own name). */
 static mr_val run_layer(walk *w, int32_t i, mr_val x, const char *prefix, const char *comp, const char *path,
                         int depth) {
@@ -362,11 +374,13 @@ static mr_val run_layer(walk *w, int32_t i, mr_val x, const char *prefix, const 
     const mr_layer *l = &w->g->l[i];
     const int64_t before = mr_params_total(w->nn->ps);
     char own[MR_NAME_MAX * 2];
-    snprintf(own, sizeof own, "%s%s.", prefix, comp); /* this layer's children and blocks */
+    snprintf(own, sizeof own, "%.130s%.56s.", prefix, comp); /* children and blocks; >= 96: refused */
     if (!set_prefix(w, i, path, prefix)) return MR_VAL_NONE;
     if (w->summary && (l->kind == MR_LAYER_RESIDUAL || l->kind == MR_LAYER_REPEAT))
         fprintf(w->summary, "  %*s%s%-*s %-14s\n", 2 * depth, "", prefix, 36 - 2 * depth - (int)strlen(prefix), comp,
                 mr_layer_kind_name(l->kind));
+    if (prefix_in_use(w, own))
+        return fail(w, i, path, "its parameters (%s*) are another layer's: two layers of one name", own);
     mr_val y;
     switch (l->kind) {
     case MR_LAYER_LINEAR: y = layer_linear(w, i, l, x, comp, path); break;
@@ -383,6 +397,12 @@ static mr_val run_layer(walk *w, int32_t i, mr_val x, const char *prefix, const 
     default: y = layer_simple(w, i, l, x, path); break;
     }
     if (failed(w)) return MR_VAL_NONE;
+    {
+        mr_shape so = sample_of(w, y);
+        if ((double)mr_shape_numel(&so) > 1073741824.0 || (double)mr_params_total(w->nn->ps) > 4294967296.0)
+            return fail(w, i, path, "the model is too large (a sample of %lld values, %lld parameters so far)",
+                        (long long)mr_shape_numel(&so), (long long)mr_params_total(w->nn->ps));
+    }
     if (w->summary && l->kind != MR_LAYER_RESIDUAL && l->kind != MR_LAYER_REPEAT) {
         char b[128], nm[MR_NAME_MAX * 2];
         mr_shape s = sample_of(w, y);
@@ -439,11 +459,11 @@ static void check_output(walk *w, mr_val y) {
         mr_graph_fail(w->nn->g, MR_ERR_INVALID, "model.layers: a classifier's output is one score per class, got %s per "
                       "sample; HINT: end with flatten and linear: {out: CLASSES}", dims_str(&s, b, sizeof b));
     }
-    if (w->g->tokens && (s.ndim != 2 || (w->ctx->vocab > 0 && s.dim[1] != w->ctx->vocab))) {
+    if (w->g->tokens && (s.ndim != 2 || s.dim[0] != w->ctx->context || (w->ctx->vocab > 0 && s.dim[1] != w->ctx->vocab))) {
         w->bad = last;
-        mr_graph_fail(w->nn->g, MR_ERR_INVALID, "model.layers: a language model's output is (T, vocab %lld) per sample, "
-                      "got %s; HINT: end with linear: {out: 0} (the vocab) or a tied linear",
-                      (long long)w->ctx->vocab, dims_str(&s, b, sizeof b));
+        mr_graph_fail(w->nn->g, MR_ERR_INVALID, "model.layers: a language model's output is (T %lld, vocab %lld) per "
+                      "sample, got %s; HINT: end with linear: {out: vocab} or a tied linear",
+                      (long long)w->ctx->context, (long long)w->ctx->vocab, dims_str(&s, b, sizeof b));
     }
 }
 

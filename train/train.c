@@ -413,7 +413,7 @@ static mr_status trainer_init(trainer *t, const mr_train_cfg *cfg, int with_opti
                  "model.layers: batchnorm sync: not on GPU replicas yet; HINT: sync: false (each GPU normalises its own "
                  "micro-batch), or CPU replicas");
         MR_TRY(mr_sync_hook_init(&t->sync, comm));
-        mr_steps_set_sync(t->steps, &t->sync.hook);
+        MR_TRY(mr_steps_set_sync(t->steps, &t->sync.hook));
     }
     /* the step's buffers follow the registry's layout: register before the first compilation */
     MR_TRY(mr_steps_register(t->steps, micro));

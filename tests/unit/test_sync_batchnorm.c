@@ -53,7 +53,7 @@ static void *run_replica(void *arg) {
     r->st = mr_params_new(&r->ps);
     if (!r->st) r->st = mr_steps_new(mr_model_step_build, r->cfg, r->ps, MR_DEVICE_CPU, &s);
     if (!r->st && r->comm) r->st = mr_sync_hook_init(&hook, r->comm);
-    if (!r->st && r->comm) mr_steps_set_sync(s, &hook.hook);
+    if (!r->st && r->comm) r->st = mr_steps_set_sync(s, &hook.hook);
     if (!r->st) r->st = mr_steps_get(s, r->batch, 1, &step);
     if (!r->st) r->st = mr_params_init(r->ps, 11);
     if (!r->st) r->st = mr_plan_bind(step->plan, step->io.x, (void *)r->x);
@@ -154,7 +154,34 @@ static void test_unsynced_differs(void **state) {
     mr_experiment_deinit(&e);
 }
 
+/* The hook is part of what a step compiles: setting it afterwards would leave the cached steps
+ * unsynchronised, so it is refused. */
+static void test_sync_after_compile_refused(void **state) {
+    (void)state;
+    mr_experiment e;
+    char text[2048];
+    snprintf(text, sizeof text, MODEL, "true", "true");
+    if (mr_experiment_parse(text, "sync.yaml", &e) != MR_OK) fail_msg("%s", mr_last_error());
+    mr_params *ps = NULL;
+    mr_steps *s = NULL;
+    mr_step *step = NULL;
+    mr_comm *comm[1];
+    mr_sync_hook hook;
+    MR_ASSERT_OK(mr_comm_local_new(1, 10.0, comm));
+    MR_ASSERT_OK(mr_sync_hook_init(&hook, comm[0]));
+    MR_ASSERT_OK(mr_params_new(&ps));
+    MR_ASSERT_OK(mr_steps_new(mr_model_step_build, &e.model, ps, MR_DEVICE_CPU, &s));
+    MR_ASSERT_OK(mr_steps_get(s, 2, 1, &step));
+    assert_int_equal(mr_steps_set_sync(s, &hook.hook), MR_ERR_INVALID);
+    assert_non_null(strstr(mr_last_error(), "before the first compilation"));
+    mr_steps_free(s);
+    mr_params_free(ps);
+    mr_comm_free(comm[0]);
+    mr_experiment_deinit(&e);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_sync_equals_one_replica), cmocka_unit_test(test_unsynced_differs)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_sync_equals_one_replica), cmocka_unit_test(test_unsynced_differs),
+                                       cmocka_unit_test(test_sync_after_compile_refused)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
