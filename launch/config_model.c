@@ -327,7 +327,7 @@ static mr_status set_input(const walker *w, mr_experiment *e, const yaml_node_t 
         g->tokens = 1, g->n_input = 0;
         return MR_OK;
     }
-    int64_t v[4];
+    int64_t v[4] = {0, 0, 0, 0}; /* the unused dims stay 0 (the config is compared and copied by value) */
     int c = 0;
     mr_status st = int_list(w, "model.input", n, v, &c, 1, 4);
     if (st) return st;
