@@ -73,6 +73,15 @@ static const char *g_inspect_help =
     "Prints what the checkpoint PATH holds: step, epoch, loss scale, the optimizer and its\n"
     "hyperparameters, every parameter with its shape, and the experiment's configuration.\n";
 
+static const char *g_summary_help =
+    "usage: mirror summary CONFIG [--set key=value ...]\n"
+    "\n"
+    "Prints the experiment's model: each layer's name (its parameters' prefix), kind, output shape per\n"
+    "sample and parameter count; the totals; and, from the planner, the activation memory of one\n"
+    "training step for a replica's micro-batch (train.batch over train.accumulate and the devices)\n"
+    "in the configured precision, with the parameter, gradient, optimizer-state and buffer bytes.\n"
+    "mirror train prints the same block when it starts (not with --quiet).\n";
+
 static const char *g_sweep_help =
     "usage: mirror sweep CONFIG [--set key=value ...]\n"
     "\n"
@@ -312,7 +321,7 @@ static int cmd_train(int argc, char **argv) {
 
 static int cmd_summary(int argc, char **argv) {
     if (argc < 3 || !strcmp(argv[2], "--help") || !strcmp(argv[2], "-h")) {
-        fputs(g_usage, argc < 3 ? stderr : stdout);
+        fputs(g_summary_help, argc < 3 ? stderr : stdout);
         return argc < 3 ? EXIT_USAGE : 0;
     }
     mr_experiment e = mr_experiment_default();
@@ -823,10 +832,11 @@ int main(int argc, char **argv) {
         else if (argc >= 3 && !strcmp(argv[2], "sweep")) fputs(g_sweep_help, stdout);
         else if (argc >= 3 && !strcmp(argv[2], "eval")) fputs(g_eval_help, stdout);
         else if (argc >= 3 && !strcmp(argv[2], "inspect")) fputs(g_inspect_help, stdout);
+        else if (argc >= 3 && !strcmp(argv[2], "summary")) fputs(g_summary_help, stdout);
         else if (argc >= 3 && !strcmp(argv[2], "doctor")) fputs(g_doctor_help, stdout);
         else if (argc >= 3 && strcmp(argv[2], "version")) {
             fprintf(stderr, "mirror: error: help: no command '%s'\nHINT: mirror help lists the commands (train, eval, "
-                            "inspect, sweep, doctor, version)\n", argv[2]);
+                            "inspect, summary, sweep, doctor, version)\n", argv[2]);
             return EXIT_USAGE;
         } else fputs(g_usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_USAGE : 0;
