@@ -454,41 +454,40 @@ mr_val mr_graph_conv2d(mr_graph *g, mr_val x, mr_val w, mr_val bias, int stride,
     return node1(g, MR_OP_CONV2D, in, 3, &p, g->vals[x.id].dtype, sy);
 }
 
-mr_val mr_graph_maxpool2d(mr_graph *g, mr_val x, int kernel, int stride, int pad) {
-    if (!ok_val(g, x, "maxpool2d", "x")) return MR_VAL_NONE;
+/* A pool's output shape and params (one window geometry for both dims); 0 with the graph's error
+ * set when x is not (N,C,H,W) or the stride is not positive. */
+static int pool_geometry(mr_graph *g, mr_val x, const char *op, int kernel, int stride, int pad, mr_shape *sy,
+                         mr_op_params *p) {
+    if (!ok_val(g, x, op, "x")) return 0;
     mr_shape sx = g->vals[x.id].shape;
     if (sx.ndim != 4 || stride <= 0) {
         char b1[128];
-        mr_graph_fail(g, MR_ERR_INVALID, "graph: maxpool2d: x %s must be (N,C,H,W) and stride %d > 0",
+        mr_graph_fail(g, MR_ERR_INVALID, "graph: %s: x %s must be (N,C,H,W) and stride %d > 0", op,
                       mr_shape_str(&sx, b1, 128), stride);
-        return MR_VAL_NONE;
+        return 0;
     }
-    mr_shape sy = mr_shape_4d(sx.dim[0], sx.dim[1], (sx.dim[2] + 2 * pad - kernel) / stride + 1,
-                              (sx.dim[3] + 2 * pad - kernel) / stride + 1);
-    int d[2] = {(int)g->vals[x.id].dtype, (int)MR_I32};
-    mr_shape os[2] = {sy, sy};
+    *sy = mr_shape_4d(sx.dim[0], sx.dim[1], (sx.dim[2] + 2 * pad - kernel) / stride + 1,
+                      (sx.dim[3] + 2 * pad - kernel) / stride + 1);
+    memset(p, 0, sizeof *p);
+    p->pool = (mr_pool_params){kernel, kernel, stride, stride, pad, pad};
+    return 1;
+}
+
+mr_val mr_graph_maxpool2d(mr_graph *g, mr_val x, int kernel, int stride, int pad) {
+    mr_shape sy;
     mr_op_params p;
-    memset(&p, 0, sizeof p);
-    p.pool = (mr_pool_params){kernel, kernel, stride, stride, pad, pad};
+    if (!pool_geometry(g, x, "maxpool2d", kernel, stride, pad, &sy, &p)) return MR_VAL_NONE;
+    int d[2] = {(int)g->vals[x.id].dtype, (int)MR_I32}; /* y and the argmax */
+    mr_shape os[2] = {sy, sy};
     mr_val out[2];
     mr_graph_node(g, MR_OP_MAXPOOL2D, &x, 1, &p, d, os, 2, out);
     return out[0];
 }
 
 mr_val mr_graph_avgpool2d(mr_graph *g, mr_val x, int kernel, int stride, int pad) {
-    if (!ok_val(g, x, "avgpool2d", "x")) return MR_VAL_NONE;
-    mr_shape sx = g->vals[x.id].shape;
-    if (sx.ndim != 4 || stride <= 0) {
-        char b1[128];
-        mr_graph_fail(g, MR_ERR_INVALID, "graph: avgpool2d: x %s must be (N,C,H,W) and stride %d > 0",
-                      mr_shape_str(&sx, b1, 128), stride);
-        return MR_VAL_NONE;
-    }
-    mr_shape sy = mr_shape_4d(sx.dim[0], sx.dim[1], (sx.dim[2] + 2 * pad - kernel) / stride + 1,
-                              (sx.dim[3] + 2 * pad - kernel) / stride + 1);
+    mr_shape sy;
     mr_op_params p;
-    memset(&p, 0, sizeof p);
-    p.pool = (mr_pool_params){kernel, kernel, stride, stride, pad, pad};
+    if (!pool_geometry(g, x, "avgpool2d", kernel, stride, pad, &sy, &p)) return MR_VAL_NONE;
     return node1(g, MR_OP_AVGPOOL2D, &x, 1, &p, g->vals[x.id].dtype, sy);
 }
 

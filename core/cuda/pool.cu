@@ -197,46 +197,31 @@ fail:
     return st;
 }
 
-extern "C" mr_status mr_avgpool2d_fwd_cuda(const mr_op_args *a) {
+/* Forward: x (N,C,H,W) -> y (N,C,OH,OW), a thread per output; backward: dy (N,C,OH,OW) ->
+ * dx (N,C,H,W), a thread per dx element. in[0] -> out[0] either way. */
+template <bool FWD, typename T> static void avgpool_kernel(int64_t n, const void *in, void *out, mr_pool_dims g,
+                                                           cudaStream_t s) {
+    if (FWD) mr_avgpool_fwd_kernel<T><<<mr_cuda_grid(n), MR_CUDA_BLOCK, 0, s>>>((const T *)in, (T *)out, g);
+    else mr_avgpool_bwd_kernel<T><<<mr_cuda_grid(n), MR_CUDA_BLOCK, 0, s>>>((const T *)in, (T *)out, g);
+}
+
+template <bool FWD> static mr_status avgpool_launch(const mr_op_args *a) {
     mr_status st = MR_OK;
     cudaStream_t s;
-    /* x (N,C,H,W); y (N,C,OH,OW) */
     mr_dtype dt = a->in[0].dtype;
-    mr_pool_dims g = pool_dims(a, &a->in[0].shape, &a->out[0].shape);
-    int64_t n = g.planes * g.oh * g.ow;
+    const mr_shape *xs = FWD ? &a->in[0].shape : &a->out[0].shape, *ys = FWD ? &a->out[0].shape : &a->in[0].shape;
+    mr_pool_dims g = pool_dims(a, xs, ys);
+    int64_t n = FWD ? g.planes * g.oh * g.ow : g.planes * g.h * g.w;
     if (dt != MR_F32 && dt != MR_F64)
         return mr_op_error(a, "the CUDA kernel takes f32 or f64, got %s", mr_dtype_name(dt));
     if (n == 0) return MR_OK;
     MR_TRY(mr_cuda_op_stream(a, &s));
-    if (dt == MR_F32)
-        mr_avgpool_fwd_kernel<float><<<mr_cuda_grid(n), MR_CUDA_BLOCK, 0, s>>>((const float *)a->in[0].data,
-                                                                              (float *)a->out[0].data, g);
-    else
-        mr_avgpool_fwd_kernel<double><<<mr_cuda_grid(n), MR_CUDA_BLOCK, 0, s>>>((const double *)a->in[0].data,
-                                                                               (double *)a->out[0].data, g);
-    return mr_cuda_check_launch("avgpool2d");
+    if (dt == MR_F32) avgpool_kernel<FWD, float>(n, a->in[0].data, a->out[0].data, g, s);
+    else avgpool_kernel<FWD, double>(n, a->in[0].data, a->out[0].data, g, s);
+    return mr_cuda_check_launch(FWD ? "avgpool2d" : "avgpool2d_bwd");
 fail:
     return st;
 }
 
-extern "C" mr_status mr_avgpool2d_bwd_cuda(const mr_op_args *a) {
-    mr_status st = MR_OK;
-    cudaStream_t s;
-    /* dy (N,C,OH,OW); dx (N,C,H,W) */
-    mr_dtype dt = a->in[0].dtype;
-    mr_pool_dims g = pool_dims(a, &a->out[0].shape, &a->in[0].shape);
-    int64_t n = g.planes * g.h * g.w;
-    if (dt != MR_F32 && dt != MR_F64)
-        return mr_op_error(a, "the CUDA kernel takes f32 or f64, got %s", mr_dtype_name(dt));
-    if (n == 0) return MR_OK;
-    MR_TRY(mr_cuda_op_stream(a, &s));
-    if (dt == MR_F32)
-        mr_avgpool_bwd_kernel<float><<<mr_cuda_grid(n), MR_CUDA_BLOCK, 0, s>>>((const float *)a->in[0].data,
-                                                                              (float *)a->out[0].data, g);
-    else
-        mr_avgpool_bwd_kernel<double><<<mr_cuda_grid(n), MR_CUDA_BLOCK, 0, s>>>((const double *)a->in[0].data,
-                                                                               (double *)a->out[0].data, g);
-    return mr_cuda_check_launch("avgpool2d_bwd");
-fail:
-    return st;
-}
+extern "C" mr_status mr_avgpool2d_fwd_cuda(const mr_op_args *a) { return avgpool_launch<true>(a); }
+extern "C" mr_status mr_avgpool2d_bwd_cuda(const mr_op_args *a) { return avgpool_launch<false>(a); }
