@@ -93,7 +93,10 @@ const field mr_cfg_fields[] = {
     FB("distribute.shard_optimizer", distribute.shard_optimizer),
     FB("distribute.rank_logs", distribute.rank_logs),
     FB("distribute.cuda_graphs", distribute.cuda_graphs),
-    FB("log.progress", log.progress),
+    FB("log.progress", log.progress), FB("log.tensorboard", log.tensorboard),
+    FI("log.histogram_every", log.histogram_every, 0),
+    {"log.trace", K_WINDOW, OFF(log.trace), 0, 0, 0, 0, NULL},
+    FB("log.trace_ops", log.trace_ops),
     FE("sweep.method", sweep.method, METHODS), FI("sweep.trials", sweep.trials, 1), FI("sweep.seed", sweep.seed, 0),
     FS("sweep.metric", sweep.metric, F_NONEMPTY), FE("sweep.goal", sweep.goal, GOALS),
     {"sweep.params", K_PARAMS, OFF(sweep), 0, 0, 0, 0, NULL},
@@ -387,6 +390,36 @@ static const char *expected(const field *f) {
 static mr_status set_params(const walker *w, mr_experiment *e, const yaml_node_t *n);
 static mr_status set_param(const walker *w, mr_experiment *e, const char *key, pos kp, const yaml_node_t *v);
 
+/* A step window [first, last] (log.trace): 1 <= first <= last; [] or none: off (0 0). */
+static mr_status set_window(const walker *w, mr_experiment *e, const field *f, const yaml_node_t *n) {
+    pos p = node_pos(w, n);
+    int64_t v[2] = {0, 0};
+    if (n->type == YAML_SCALAR_NODE) {
+        int b = 1;
+        if (!strcmp(SCALAR(n), "none") || (mr_cfg_parse_bool(SCALAR(n), &b) && !b)) {
+            memcpy((char *)e + f->off, v, sizeof v);
+            return MR_OK;
+        }
+        return perr(MR_ERR_INVALID, p, "%s: expected [first, last] (steps) or none, got '%s'; HINT: %s=[100, 110]",
+                    f->path, SCALAR(n), f->path);
+    }
+    if (n->type != YAML_SEQUENCE_NODE)
+        return perr(MR_ERR_INVALID, p, "%s: expected [first, last] (steps) or none, got %s", f->path, node_kind(n));
+    int c = (int)(n->data.sequence.items.top - n->data.sequence.items.start);
+    if (c != 0 && c != 2)
+        return perr(MR_ERR_INVALID, p, "%s: expected two steps [first, last], got %d value%s", f->path, c, c == 1 ? "" : "s");
+    for (int i = 0; i < c; i++) {
+        yaml_node_t *it = yaml_document_get_node(w->doc, n->data.sequence.items.start[i]);
+        if (it->type != YAML_SCALAR_NODE || !mr_cfg_parse_i64(SCALAR(it), &v[i]) || v[i] < 1)
+            return perr(MR_ERR_INVALID, node_pos(w, it), "%s[%d]: expected a step (an integer >= 1)", f->path, i);
+    }
+    if (v[0] > v[1])
+        return perr(MR_ERR_INVALID, p, "%s: the first step (%lld) is after the last (%lld)", f->path, (long long)v[0],
+                    (long long)v[1]);
+    memcpy((char *)e + f->off, v, sizeof v);
+    return MR_OK;
+}
+
 static mr_status set_node(const walker *w, mr_experiment *e, const field *f, const yaml_node_t *n) {
     pos p = node_pos(w, n);
     switch (f->k) {
@@ -420,6 +453,8 @@ static mr_status set_node(const walker *w, mr_experiment *e, const field *f, con
     }
     case K_PARAMS:
         return set_params(w, e, n);
+    case K_WINDOW:
+        return set_window(w, e, f, n);
     default:
         if (f->off == OFF(model.layers) && n->type == YAML_SEQUENCE_NODE) return mr_cfg_set_model_node(w, e, f, n);
         if (n->type != YAML_SCALAR_NODE)
@@ -642,6 +677,7 @@ mr_experiment mr_experiment_default(void) {
     e.distribute.bucket_mb = 16; /* Open MPI 4.1 slows sharply above 16 MB per call */
     e.distribute.timeout_s = 300;
     e.log.progress = 1;
+    e.log.tensorboard = 1;
     e.sweep.trials = 10;
     strcpy(e.sweep.metric, "eval_accuracy");
     return e;
@@ -798,6 +834,11 @@ static mr_status check_impl(const mr_experiment *e, const char *origin, const ke
     if (e->precision.loss_scale.min > e->precision.loss_scale.initial)
         return perr(MR_ERR_INVALID, P("precision.loss_scale.min"), "precision.loss_scale.min: must be <= initial (%g), got %g", e->precision.loss_scale.initial,
                     e->precision.loss_scale.min);
+    if (e->log.trace[0] > e->train.steps)
+        return perr(MR_ERR_INVALID, P("log.trace"), "log.trace: the window starts at step %lld, after train.steps (%lld): "
+                    "nothing would be traced; HINT: a window inside the run, e.g. log.trace=[%lld, %lld]",
+                    (long long)e->log.trace[0], (long long)e->train.steps, (long long)(e->train.steps > 10 ? e->train.steps - 9 : 1),
+                    (long long)e->train.steps);
     if (e->sweep.n_params && e->sweep.method == MR_SWEEP_NONE)
         return perr(MR_ERR_INVALID, P("sweep.method"), "sweep.method: missing required value (grid or random) for sweep.params");
     if (e->sweep.method != MR_SWEEP_NONE && !e->sweep.n_params)

@@ -106,7 +106,13 @@ typedef struct mr_experiment {
         int n_params;
         mr_sweep_param params[MR_SWEEP_MAX_PARAMS];
     } sweep;
-    struct { int progress; } log; /* progress: a line per log step (false: only evaluations and messages) */
+    struct {
+        int progress;           /* a line per log step (false: only evaluations and messages) */
+        int tensorboard;        /* <checkpoint.dir>/tb/events.out.tfevents.* (train/tb.h) */
+        int64_t histogram_every; /* TensorBoard histograms of parameters and gradients (0: none) */
+        int64_t trace[2];       /* [first, last] steps traced into <checkpoint.dir>/trace.json; 0 0: none */
+        int trace_ops;          /* per-op spans in the trace */
+    } log;
     char *yaml_text; /* the original YAML as read (owned; NULL for a default); saved in checkpoints */
     unsigned char overridden[16]; /* bit i: the key mr_cfg_fields[i] was given by mr_experiment_set (--set) */
 } mr_experiment;

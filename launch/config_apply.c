@@ -86,6 +86,14 @@ int mr_cfg_unused(const mr_experiment *e, const field *f, char *why, size_t cap)
     }
     if (!strncmp(path, "precision.loss_scale.", 21))
         return unused_by(leaf, leaf, names_of("precision.policy"), (int)e->precision.policy, "mixed_float16", "precision.policy", why, cap);
+    if (!strcmp(path, "log.histogram_every") && !e->log.tensorboard) {
+        snprintf(why, cap, "with log.tensorboard false (histograms go to TensorBoard)");
+        return 1;
+    }
+    if (!strcmp(path, "log.trace_ops") && e->log.trace[0] == 0) {
+        snprintf(why, cap, "without a log.trace window (per-op spans are part of the trace)");
+        return 1;
+    }
     if (!strncmp(path, "sweep.", 6)) {
         int m = (int)e->sweep.method;
         return unused_by(leaf, "trials seed", names_of("sweep.method"), m, "random", "sweep.method", why, cap) ||
@@ -99,7 +107,8 @@ const char *mr_cfg_selector_of(const field *f) {
     static const char *const sel[][2] = {{"model.", "model.type"}, {"data.train.", "data.train.source"},
                                          {"data.eval.", "data.eval.source"}, {"optimizer.", "optimizer.type"},
                                          {"schedule.", "schedule.type"}, {"precision.loss_scale.", "precision.policy"},
-                                         {"sweep.", "sweep.method"}};
+                                         {"sweep.", "sweep.method"}, {"log.histogram_every", "log.tensorboard"},
+                                         {"log.trace_ops", "log.trace"}};
     for (size_t i = 0; i < sizeof sel / sizeof sel[0]; i++)
         if (!strncmp(f->path, sel[i][0], strlen(sel[i][0]))) return sel[i][1];
     return NULL;

@@ -9,7 +9,7 @@
 
 #include "launch/config.h"
 
-typedef enum kind { K_INT, K_NUM, K_BOOL, K_STR, K_ENUM, K_SIZES, K_CHANNELS, K_INPUT, K_DEVICES, K_PARAMS } kind;
+typedef enum kind { K_INT, K_NUM, K_BOOL, K_STR, K_ENUM, K_SIZES, K_CHANNELS, K_INPUT, K_DEVICES, K_PARAMS, K_WINDOW } kind;
 enum { F_LO_EXCL = 1, F_HI_EXCL = 2, F_FILE = 4, F_RESUME = 8, F_NONEMPTY = 16 };
 
 typedef struct field {

@@ -145,6 +145,13 @@ static void emit_value(sbuf *b, const mr_experiment *e, const field *f) {
         for (int i = 0; i < e->distribute.n_devices; i++) { sb_printf(b, "%s", i ? ", " : ""); sb_quoted(b, e->distribute.devices[i]); }
         sb_printf(b, "]");
         break;
+    case K_WINDOW: {
+        int64_t v[2];
+        memcpy(v, base, sizeof v);
+        if (v[0] > 0) sb_printf(b, "[%lld, %lld]", (long long)v[0], (long long)v[1]);
+        else sb_printf(b, "none");
+        break;
+    }
     case K_PARAMS:
         if (!e->sweep.n_params) { sb_printf(b, "{}"); break; }
         for (int i = 0; i < e->sweep.n_params; i++) {

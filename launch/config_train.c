@@ -201,6 +201,10 @@ mr_status mr_experiment_train_cfg(const mr_experiment *e, const char *run_dir, m
     c->compute = e->precision.policy == MR_PREC_MIXED_BF16 ? MR_BF16 : e->precision.policy == MR_PREC_MIXED_F16 ? MR_F16 : MR_F32;
     c->loss_scaling = 0;
     c->no_progress = !e->log.progress;
+    c->tensorboard = e->log.tensorboard;
+    c->histogram_every = e->log.histogram_every;
+    c->trace_first = e->log.trace[0], c->trace_last = e->log.trace[1];
+    c->trace_ops = e->log.trace_ops;
 
     /* the run directory is the caller's (checkpoint.dir, or a sweep's trial-NNN; NULL: no files) */
     c->run_dir = run_dir;

@@ -32,6 +32,7 @@ mr_train_cfg mr_train_cfg_default(void) {
     c.batch = 128;
     c.accumulate = 1;
     c.log_every = 50;
+    c.tensorboard = 1; /* with a run_dir, as the CLI (log.tensorboard) */
     c.seed = 1;
     c.token_bytes = 2;
     c.shuffle = 10000;

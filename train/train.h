@@ -90,6 +90,15 @@ typedef struct mr_train_cfg {
     int device_path;
     int cuda_graphs;
     int allow_tf32;
+    /* What a run shows (train/tb.h, train/trace.h), with run_dir: tensorboard writes TensorBoard
+     * event files into <run_dir>/tb (the scalars of metrics.jsonl, the resolved config as text at
+     * the first step, histograms of parameters and gradients every histogram_every steps when > 0);
+     * steps trace_first..trace_last (1-based; 0 0: none) are traced into <run_dir>/trace.json
+     * (Chrome trace format, every replica in one file), with per-op spans when trace_ops. */
+    int tensorboard;
+    int64_t histogram_every;
+    int64_t trace_first, trace_last;
+    int trace_ops;
     /* Tests: after every completed step (skipped ones too) on_step is called with the state; at
      * 1-based step inject_nonfinite_at (0: never) one gradient is set to +inf after the backward,
      * as an f16 overflow would. */

@@ -131,6 +131,8 @@ static void describe(const mr_train_cfg *c, text *t) {
     put_str(t, "train_text", c->train_text), put_str(t, "eval_text", c->eval_text);
     I("sample_chars", c->sample_chars), I("shuffle", c->shuffle);
     put_str(t, "run_dir", c->run_dir);
+    I("tensorboard", c->tensorboard), I("histogram_every", c->histogram_every), I("trace_first", c->trace_first);
+    I("trace_last", c->trace_last), I("trace_ops", c->trace_ops);
     I("quiet", c->quiet), I("no_progress", c->no_progress), I("compute", c->compute), I("loss_scaling", c->loss_scaling);
     F("loss_scaler.scale", c->loss_scaler.scale), F("loss_scaler.growth_factor", c->loss_scaler.growth_factor);
     F("loss_scaler.backoff_factor", c->loss_scaler.backoff_factor), F("loss_scaler.min_scale", c->loss_scaler.min_scale);
@@ -306,6 +308,7 @@ static int candidates(const mr_experiment *e, const field *f, char out[][512], i
     case K_CHANNELS: snprintf(out[n++], 512, "[8, 16]"); break;
     case K_INPUT: snprintf(out[n++], 512, "[3, 32, 32]"); break;
     case K_DEVICES: snprintf(out[n++], 512, "[cpu:0, cpu:1]"), snprintf(out[n++], 512, "[cuda:0, cuda:1]"); break;
+    case K_WINDOW: snprintf(out[n++], 512, "[2, 3]"); break;
     case K_PARAMS: break;
     }
     return n;
@@ -320,9 +323,15 @@ static mr_experiment *where_applies(const field *f) {
     if (!sel || !strcmp(sel, f->path)) return e;
     const field *sf = mr_cfg_find_field(sel);
     assert_non_null(sf);
-    for (int j = 0; sf->names[j]; j++) {
+    /* the selector's values: an enum's names, else (log.tensorboard, log.trace) its candidates */
+    static char vals[16][512];
+    int nv = 0;
+    if (sf->names)
+        for (; sf->names[nv] && nv < 16; nv++) snprintf(vals[nv], sizeof vals[nv], "%s", sf->names[nv]);
+    else nv = candidates(e, sf, vals, 16);
+    for (int j = 0; j < nv; j++) {
         mr_experiment *t = base_experiment();
-        mr_status st = set_kv(t, sel, sf->names[j]);
+        mr_status st = set_kv(t, sel, vals[j]);
         if (st != MR_OK || mr_cfg_unused(t, f, why, sizeof why)) {
             free(t);
             continue;
@@ -420,7 +429,8 @@ static void test_defaults(void **state) {
     int failures = 0;
     /* the keys copied as they are: their fields show the experiment's value where the key applies */
     static const char *const translated[] = {"data.train.source", "data.eval.source", "precision.policy", "log.progress",
-                                             "distribute.devices", "model.sizes", "model.channels", "model.input"};
+                                             "distribute.devices", "model.sizes", "model.channels", "model.input",
+                                             "log.trace"};
     for (int k = 0; k < mr_cfg_n_fields; k++) {
         const field *f = &mr_cfg_fields[k];
         int skip = !g_changed[k][0];
