@@ -9,6 +9,7 @@
 #include "distribute/comm.h"
 #include "distribute/ddp.h"
 #include "distribute/sync_hook.h"
+#include "train/tb.h"
 #include "train/train.h"
 
 typedef struct tr_pipeline {
@@ -165,5 +166,20 @@ mr_status tr_step_check(trainer *t, double loss, const mr_ddp_part *part, int *a
 mr_status tr_step_update(trainer *t, const mr_ddp_part *part, double lr) MR_WUR;
 
 double tr_now_s(void);
+
+/* ---- what a log step reports (train.c) and TensorBoard (train_tb.c) ---- */
+/* One log step's numbers: metrics.jsonl's line and TensorBoard's scalars are written from it. */
+typedef struct tr_metrics {
+    int64_t step, skipped;
+    double time, loss, lr, loss_scale, samples_per_s, tokens_per_s /* 0: not a language model */;
+    double data, fwd, bwd, comm, hidden, opt; /* per-step seconds over the interval; hidden: a share */
+} tr_metrics;
+/* Replica 0 with c.tensorboard and a run_dir: a new event file in <run_dir>/tb for a run that
+ * starts at start_step (train/tb.h: resume), with the config as text; else *out = NULL. */
+mr_status tr_tb_open(trainer *t, int64_t start_step, mr_tb **out) MR_WUR;
+/* The log step's scalars, histograms when due (histogram_every), then a flush. */
+mr_status tr_tb_step(trainer *t, mr_tb *tb, const tr_metrics *m) MR_WUR;
+/* An evaluation's scalars, then a flush. */
+mr_status tr_tb_eval(mr_tb *tb, int64_t step, int classify, const mr_train_result *r) MR_WUR;
 
 #endif
