@@ -390,36 +390,6 @@ static const char *expected(const field *f) {
 static mr_status set_params(const walker *w, mr_experiment *e, const yaml_node_t *n);
 static mr_status set_param(const walker *w, mr_experiment *e, const char *key, pos kp, const yaml_node_t *v);
 
-/* A step window [first, last] (log.trace): 1 <= first <= last; [] or none: off (0 0). */
-static mr_status set_window(const walker *w, mr_experiment *e, const field *f, const yaml_node_t *n) {
-    pos p = node_pos(w, n);
-    int64_t v[2] = {0, 0};
-    if (n->type == YAML_SCALAR_NODE) {
-        int b = 1;
-        if (!strcmp(SCALAR(n), "none") || (mr_cfg_parse_bool(SCALAR(n), &b) && !b)) {
-            memcpy((char *)e + f->off, v, sizeof v);
-            return MR_OK;
-        }
-        return perr(MR_ERR_INVALID, p, "%s: expected [first, last] (steps) or none, got '%s'; HINT: %s=[100, 110]",
-                    f->path, SCALAR(n), f->path);
-    }
-    if (n->type != YAML_SEQUENCE_NODE)
-        return perr(MR_ERR_INVALID, p, "%s: expected [first, last] (steps) or none, got %s", f->path, node_kind(n));
-    int c = (int)(n->data.sequence.items.top - n->data.sequence.items.start);
-    if (c != 0 && c != 2)
-        return perr(MR_ERR_INVALID, p, "%s: expected two steps [first, last], got %d value%s", f->path, c, c == 1 ? "" : "s");
-    for (int i = 0; i < c; i++) {
-        yaml_node_t *it = yaml_document_get_node(w->doc, n->data.sequence.items.start[i]);
-        if (it->type != YAML_SCALAR_NODE || !mr_cfg_parse_i64(SCALAR(it), &v[i]) || v[i] < 1)
-            return perr(MR_ERR_INVALID, node_pos(w, it), "%s[%d]: expected a step (an integer >= 1)", f->path, i);
-    }
-    if (v[0] > v[1])
-        return perr(MR_ERR_INVALID, p, "%s: the first step (%lld) is after the last (%lld)", f->path, (long long)v[0],
-                    (long long)v[1]);
-    memcpy((char *)e + f->off, v, sizeof v);
-    return MR_OK;
-}
-
 static mr_status set_node(const walker *w, mr_experiment *e, const field *f, const yaml_node_t *n) {
     pos p = node_pos(w, n);
     switch (f->k) {
@@ -454,7 +424,7 @@ static mr_status set_node(const walker *w, mr_experiment *e, const field *f, con
     case K_PARAMS:
         return set_params(w, e, n);
     case K_WINDOW:
-        return set_window(w, e, f, n);
+        return mr_cfg_set_window(w, e, f, n);
     default:
         if (f->off == OFF(model.layers) && n->type == YAML_SEQUENCE_NODE) return mr_cfg_set_model_node(w, e, f, n);
         if (n->type != YAML_SCALAR_NODE)
