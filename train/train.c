@@ -394,6 +394,7 @@ static void bind_work(trainer *t) {
 static mr_status trainer_init(trainer *t, const mr_train_cfg *cfg, int with_optim, mr_comm *comm) {
     mr_status st = MR_OK;
     memset(t, 0, sizeof *t);
+    t->es_best = NAN; /* no evaluation yet */
     t->c = *cfg;
     mr_train_cfg *c = &t->c;
     t->comm = comm;
@@ -685,7 +686,10 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
                     (long long)mr_params_total(tr.ps), (long long)c->steps, (long long)c->batch,
                     c->compute == MR_F32 ? "float32" : c->compute == MR_BF16 ? "mixed_bfloat16" : "mixed_float16",
                     tr.scaling ? " with dynamic loss scaling" : "", mr_cpu_gemm_provider());
-    while (tr.step < c->steps) {
+    /* a resume from the checkpoint of this run's early stop: nothing to train (below) */
+    const int stopped_before = resume && tr_early_stopped(&tr);
+    int early = 0;
+    while (tr.step < c->steps && !stopped_before) {
         MR_TRY(tr_dev_set_loss_scale(&tr, s, tr.scaling ? (float)tr.scaler.scale : 1.0f));
         if (want_graphs && tr.step > res->resumed_from) {
             MR_TRY(mr_plan_set_graphs(s->plan, 1));
@@ -729,15 +733,23 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
              * t_last to now dropped the interval's earlier steps from the span while their
              * times and count stayed, which overstated samples/s and gave shares over 100%) */
             L.t_last += tr_now_s() - te;
+            early = tr_early_stop_update(&tr, res);
         }
         /* one replica stops for a signal that came at any time during the step; replicas stop on
          * the step they agreed on */
         if (!comm && g_stop_signal) stop = 1;
         /* after the evaluation: a run killed before the checkpoint redoes that evaluation */
-        if (c->ckpt_dir && ((c->ckpt_every > 0 && tr.step % c->ckpt_every == 0) || last || stop)) {
+        if (c->ckpt_dir && ((c->ckpt_every > 0 && tr.step % c->ckpt_every == 0) || last || stop || early)) {
             const double t1 = tr_now_s();
             MR_TRY(save_checkpoint(&tr, res));
             L.t_last += tr_now_s() - t1; /* saving is not training throughput (it has its own log line) */
+        }
+        if (early) {
+            char msg[512];
+            tr_early_stop_message(&tr, msg, sizeof msg);
+            if (!c->quiet) mr_log_info("%s", msg);
+            res->early_stopped = tr.step;
+            break;
         }
         if (stop) {
             res->stopped_by = g_stop_signal ? (int)g_stop_signal : SIGTERM; /* another replica's signal */
@@ -745,11 +757,18 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
             break;
         }
     }
-    if (resume && res->resumed_from == c->steps) {
+    if (resume && (res->resumed_from == c->steps || stopped_before)) {
         /* the checkpoint is the end of this run: nothing to train; report its evaluation */
-        if (!c->quiet)
+        if (!c->quiet && stopped_before) {
+            char msg[512];
+            tr_early_stop_message(&tr, msg, sizeof msg);
+            mr_log_info("%s is where this run stopped early: nothing to train (%s; raise train.early_stop.patience "
+                        "to go on, or set checkpoint.resume: never to start over)", rpath, msg);
+        } else if (!c->quiet) {
             mr_log_info("%s is already at train.steps (%lld): nothing to train (raise train.steps to go on, or set "
                         "checkpoint.resume: never to start over)", rpath, (long long)c->steps);
+        }
+        if (stopped_before) res->early_stopped = tr.step;
         if (has_eval(c)) {
             MR_TRY(tr_bufs_broadcast(&tr));
             MR_TRY(evaluate(c, tr.steps, &tr.dv, micro, comm, res));
@@ -759,6 +778,8 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
     res->seconds = tr_now_s() - L.t_start;
     res->skipped_steps = tr.scaling ? tr.scaler.skipped : 0;
     res->loss_scale = tr.scaling ? tr.scaler.scale : 1.0;
+    res->early_stop_best = tr.es_best;
+    res->early_stop_best_step = tr.es_best_step;
     if (vocab && c->sample_chars > 0 && !res->stopped_by && tr.rank == 0)
         MR_TRY(generate(c, tr.steps, &tr.dv, vocab, nvocab, res));
     res->compilations = mr_steps_compilations(tr.steps);

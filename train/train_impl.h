@@ -71,6 +71,11 @@ typedef struct trainer {
      * is that start on this process's clock (CLOCK_MONOTONIC seconds), elapsed_before the
      * seconds a checkpoint carried (metrics.time; 0 for a fresh run or an older checkpoint) */
     double time_origin, elapsed_before;
+    /* early stopping (c.early_stop_patience > 0; train_early.c): the metric's best value (NaN
+     * before the first evaluation), its step, and the evaluations since without improvement;
+     * carried in checkpoints, so a resumed run counts on */
+    double es_best;
+    int64_t es_best_step, es_bad;
     int64_t train_size;     /* elements of the training source (an epoch) */
     int64_t image_numel;    /* the image map's context: lives as long as the pipeline */
     /* ZeRO-1 (shard_optimizer): this replica owns params [zsh.off, zsh.off + zsh.len) of n; the
@@ -166,6 +171,16 @@ mr_status tr_step_check(trainer *t, double loss, const mr_ddp_part *part, int *a
 mr_status tr_step_update(trainer *t, const mr_ddp_part *part, double lr) MR_WUR;
 
 double tr_now_s(void);
+
+/* ---- early stopping (train_early.c) ---- */
+/* After an evaluation (res holds it): updates the best value and the counter; 1 when the run must
+ * stop now (patience evaluations without improvement). Every replica gets the same evaluation, so
+ * every replica decides alike. */
+int tr_early_stop_update(trainer *t, const mr_train_result *res);
+/* The run already stopped early (a resume from its early stop's checkpoint). */
+int tr_early_stopped(const trainer *t);
+/* "step N: eval_loss has not improved ..." (replica 0's message). */
+void tr_early_stop_message(const trainer *t, char *buf, size_t cap);
 
 /* ---- what a log step reports (train.c) and TensorBoard (train_tb.c) ---- */
 /* One log step's numbers: metrics.jsonl's line and TensorBoard's scalars are written from it. */
