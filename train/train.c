@@ -207,6 +207,7 @@ static mr_status evaluate(const mr_train_cfg *c, mr_steps *steps, tr_device *dv,
         correct = (int64_t)sums[1];
         seen = (int64_t)sums[2];
     }
+    res->eval_samples = seen;
     res->eval_loss = seen ? loss_sum / (double)seen : NAN;
     res->eval_accuracy = classify && seen ? (double)correct / (double)seen : NAN;
     res->eval_perplexity = classify ? NAN : exp(res->eval_loss);

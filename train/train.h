@@ -132,6 +132,7 @@ typedef struct mr_train_result {
     double seconds;
     double last_loss;          /* mean training loss of the last log interval */
     double eval_loss, eval_accuracy, eval_perplexity; /* the final evaluation (NaN when none) */
+    int64_t eval_samples;      /* the samples (windows) it covered, over every replica: all of the data */
     int compilations;
     int64_t skipped_steps;     /* updates skipped by the loss scaler */
     double loss_scale;         /* the scale at the end (1 without loss scaling) */
