@@ -223,10 +223,10 @@ static mr_experiment *base_experiment(void) {
  * data.eval.source sets data.train.source along (the training source follows it). */
 static mr_status set_kv(mr_experiment *e, const char *key, const char *value) {
     char a[1024];
-    snprintf(a, sizeof a, "%s=%s", key, value);
+    assert_true(snprintf(a, sizeof a, "%s=%s", key, value) < (int)sizeof a);
     mr_status st = mr_experiment_set(e, a);
     if (st == MR_OK && !strcmp(key, "data.eval.source") && strcmp(value, "none")) {
-        snprintf(a, sizeof a, "data.train.source=%s", value);
+        assert_true(snprintf(a, sizeof a, "data.train.source=%s", value) < (int)sizeof a);
         st = mr_experiment_set(e, a);
     }
     return st;
@@ -390,7 +390,9 @@ static void test_every_key(void **state) {
                     print_error("%s=%s: rejected without a message naming the key: '%s'\n", f->path, values[v], msg);
                     failures++;
                 }
-                snprintf(errors + strlen(errors), sizeof errors - strlen(errors), "\n    %s=%s: %s", f->path, values[v], msg);
+                const size_t used = strlen(errors);
+                if (snprintf(errors + used, sizeof errors - used, "\n    %s=%s: %s", f->path, values[v], msg) < 0)
+                    errors[used] = '\0';
                 rejected++;
                 continue;
             }
