@@ -86,8 +86,8 @@ static void test_names_the_parameter(void **state) {
         mr_train_cfg c = small_mlp(5);
         c.device_path = device_path;
         expect_skip(c, "fc1.weight",
-                    "mirror warn: step 3 skipped: non-finite gradients in fc1.weight (the only one), loss scale 1024 -> "
-                    "512\n");
+                    "mirror warn: step 3 skipped: non-finite gradients in fc1.weight (the only one), loss scale "
+                    "1024 -> 512\n");
         /* two: the one the backward finishes first, whatever order they are named in */
         expect_skip(c, "fc1.bias,fc2.weight",
                     "step 3 skipped: non-finite gradients in fc2.weight (first of 2 in backward order), loss scale "
@@ -214,8 +214,9 @@ static void test_floor_stops(void **state) {
         assert_int_equal(train_logged(&c, &r, &log), MR_ERR_NUMERIC);
         const char *e = mr_last_error();
         fprintf(stderr, "error: %s\n", e);
-        assert_non_null(strstr(e, "step 3: non-finite gradients in fc2.weight (first of 2 in backward order), with the "
-                                  "loss scale already at its floor (precision.loss_scale.min 1024), so training stops"));
+        assert_non_null(strstr(e, "step 3: non-finite gradients in fc2.weight (first of 2 in backward order), with "
+                                  "the loss scale already at its floor (precision.loss_scale.min 1024), so training "
+                                  "stops"));
         assert_non_null(strstr(e, "; HINT: use precision.policy: mixed_bfloat16"));
         assert_non_null(strstr(e, "lower optimizer.lr (0.002)"));
         assert_non_null(strstr(e, "lower optimizer.grad_clip (5)"));
