@@ -101,6 +101,8 @@ typedef struct trainer {
      * order the backward finishes their gradients; h_flag, h_count: host copies of the flags
      * (n_seg each), read only when a step was not finite. n_seg 0: no parameters. */
     int32_t n_seg;
+    double check_sumsq;     /* this step's finite check's sum of squares when clipping may reuse it
+                             * (no loss scaling: the same values); NaN: not reusable */
     int64_t seg_off, seg_n;
     int64_t *d_seg;
     int32_t *d_bad;

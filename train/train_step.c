@@ -98,10 +98,11 @@ void tr_step_free(trainer *t) {
 
 /* The finite check of this replica's part in one pass: *finite is 1 when every gradient element is
  * finite (this replica's verdict; the flags of the parameters that are not stay in d_bad). */
-static mr_status grads_check(trainer *t, const mr_ddp_part *part, int *finite) {
+static mr_status grads_check(trainer *t, const mr_ddp_part *part, int *finite, double *sumsq_out) {
     mr_status st = MR_OK;
     double sumsq = 0;
     *finite = 0;
+    *sumsq_out = NAN;
     if (t->n_seg == 0) {
         MR_TRY(mr_vec_sumsq(t->gdev, t->stream, part->g, part->n, t->d_scratch, &sumsq));
     } else {
@@ -110,6 +111,7 @@ static mr_status grads_check(trainer *t, const mr_ddp_part *part, int *finite) {
                                 &sumsq));
     }
     *finite = isfinite(sumsq) != 0; /* inf or NaN exactly when a gradient is */
+    *sumsq_out = sumsq;
 fail:
     return st;
 }
@@ -246,28 +248,37 @@ mr_status tr_step_check(trainer *t, double loss, const mr_ddp_part *part, int *a
     const long long step = (long long)t->step + 1; /* 1-based, as the log and the checkpoints count */
     char grads[512], what[768];
     *apply = 1;
+    t->check_sumsq = NAN;
     if (!t->scaling) {
-        if (!isfinite(loss)) { /* the loss is agreed: every replica is here */
-            int finite = 0;
-            MR_TRY(grads_check(t, part, &finite));
-            MR_TRY(grads_report(t, grads, sizeof grads));
-            return mr_set_error(MR_ERR_NUMERIC,
-                                "non-finite loss (%s) at step %lld%s%s; HINT: lower optimizer.lr or set "
-                                "optimizer.grad_clip%s",
-                                nonfinite(loss), step, grads[0] ? ": " : "", grads,
-                                t->gdev.kind == MR_DEVICE_CUDA
-                                    ? " (on a GPU a label or token id outside [0, classes or vocab) also gives a NaN "
-                                      "loss)"
-                                    : "");
+        double sumsq = 0;
+        int finite = 0;
+        MR_TRY(grads_check(t, part, &finite, &sumsq));
+        MR_TRY(mr_ddp_all(t->ddp, &finite)); /* the shards' verdicts (ZeRO-1) */
+        if (finite && isfinite(loss)) {
+            t->check_sumsq = sumsq; /* clipping's sum of squares (tr_step_update): the same pass */
+            return MR_OK;
         }
-        if (c->inject_nonfinite_at == t->step + 1) *apply = 0; /* an injected inf without a scaler: drop it */
-        return MR_OK;
+        MR_TRY(grads_report(t, grads, sizeof grads));
+        if (isfinite(loss)) /* a finite loss whose backward overflowed: applied, it would make every
+                             * parameter NaN, and a checkpoint of this step would keep them */
+            return mr_set_error(MR_ERR_NUMERIC,
+                                "step %lld: %s, with a finite loss (%g): the backward overflowed (this step was not "
+                                "applied); HINT: lower optimizer.lr or set optimizer.grad_clip (a non-finite gradient "
+                                "cannot be clipped)",
+                                step, grads[0] ? grads : "non-finite gradients", loss);
+        return mr_set_error(MR_ERR_NUMERIC,
+                            "non-finite loss (%s) at step %lld%s%s; HINT: lower optimizer.lr or set optimizer.grad_clip%s",
+                            nonfinite(loss), step, grads[0] ? ": " : "", grads,
+                            t->gdev.kind == MR_DEVICE_CUDA
+                                ? " (on a GPU a label or token id outside [0, classes or vocab) also gives a NaN loss)"
+                                : "");
     }
     /* one pass: the sum of squares is inf or NaN exactly when a gradient is, and the parameters
      * whose gradients are not finite are flagged on the way (no extra pass, nothing stored when
      * all are finite) */
     int finite = 0;
-    MR_TRY(grads_check(t, part, &finite));
+    double sumsq = 0;
+    MR_TRY(grads_check(t, part, &finite, &sumsq));
     finite = finite && isfinite(loss);
     MR_TRY(mr_ddp_all(t->ddp, &finite)); /* the shards' verdicts (ZeRO-1) */
     const double scale = t->scaler.scale;
@@ -305,8 +316,8 @@ mr_status tr_step_update(trainer *t, const mr_ddp_part *part, double lr) {
     mr_status st = MR_OK;
     const double max_norm = t->c.grad_clip;
     if (max_norm > 0) { /* torch.nn.utils.clip_grad_norm_ over every replica's part */
-        double sumsq = 0;
-        MR_TRY(mr_vec_sumsq(t->gdev, t->stream, part->g, part->n, t->d_scratch, &sumsq));
+        double sumsq = t->check_sumsq; /* the finite check's, of these very values (no loss scaling) */
+        if (isnan(sumsq)) MR_TRY(mr_vec_sumsq(t->gdev, t->stream, part->g, part->n, t->d_scratch, &sumsq));
         MR_TRY(mr_ddp_sumsq(t->ddp, &sumsq));
         const double norm = sqrt(sumsq);
         if (isfinite(norm) && norm > max_norm)

@@ -3,7 +3,8 @@
  * naming the parameter first in backward order and how many there were, and the scale's change;
  * a forward that is already non-finite says so; at the loss scale's floor the run stops with
  * MR_ERR_NUMERIC naming the step and the parameter, with a HINT, and saves nothing from that
- * step; without loss scaling a non-finite loss names the first non-finite gradient. On the host
+ * step; without loss scaling a non-finite loss names the first non-finite gradient, and a finite
+ * loss with non-finite gradients stops the run before the update. On the host
  * path, the device path on the CPU (device_path), 2 ZeRO-1 replicas (the parameters are flagged
  * in different shards, so only the shards' sum names the right one) and a GPT. Every check reads
  * the real log (stderr captured) or the error, and fails when the line is missing. */
@@ -235,6 +236,44 @@ static void test_floor_stops(void **state) {
     }
 }
 
+/* Without loss scaling a finite loss with non-finite gradients (the backward overflowed) stops the
+ * run before the update: applied, it would turn every parameter NaN and a checkpoint of that step
+ * would keep them. The host and the device path, with clipping (which reuses the check's sum). */
+static void test_no_scaling_gradients_stop(void **state) {
+    (void)state;
+    if (!th_have_fashion_mnist()) skip();
+    for (int device_path = 0; device_path < 2; device_path++) {
+        char dir[160];
+        snprintf(dir, sizeof dir, "%s", th_tmp_path(device_path ? "f32-device" : "f32-host"));
+        mr_train_cfg c = small_mlp(6);
+        c.compute = MR_F32;
+        c.device_path = device_path;
+        c.grad_clip = 1;
+        c.inject_nonfinite_at = 3;
+        c.inject_nonfinite_param = "fc1.bias";
+        c.ckpt_dir = c.run_dir = dir;
+        c.ckpt_every = 1;
+        c.ckpt_keep = 0;
+        seen s = {0};
+        c.on_step = remember;
+        c.on_step_ctx = &s;
+        mr_train_result r;
+        char *log = NULL;
+        assert_int_equal(train_logged(&c, &r, &log), MR_ERR_NUMERIC);
+        const char *e = mr_last_error();
+        assert_non_null(strstr(e, "step 3: non-finite gradients in fc1.bias (the only one), with a finite loss ("));
+        assert_non_null(strstr(e, "the backward overflowed (this step was not applied); HINT: lower optimizer.lr"));
+        assert_int_equal(s.last_step, 2);
+        for (int64_t i = 0; i < s.n; i++) assert_true(isfinite(s.params[i]));
+        int64_t *steps = NULL;
+        int n = 0;
+        MR_ASSERT_OK(mr_ckpt_scan(dir, &steps, &n));
+        assert_int_equal(steps[n - 1], 2);
+        free(steps);
+        th_free_all();
+    }
+}
+
 static void test_bad_name(void **state) {
     (void)state;
     if (!th_have_fashion_mnist()) skip();
@@ -251,6 +290,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_names_the_parameter), cmocka_unit_test(test_names_across_shards),
         cmocka_unit_test(test_names_in_a_gpt),      cmocka_unit_test(test_forward_already_nonfinite),
-        cmocka_unit_test(test_floor_stops),         cmocka_unit_test(test_bad_name)};
+        cmocka_unit_test(test_floor_stops),         cmocka_unit_test(test_bad_name),
+        cmocka_unit_test(test_no_scaling_gradients_stop)};
     return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);
 }
