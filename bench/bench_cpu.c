@@ -27,22 +27,7 @@
 #include "core/math/philox_math.h"
 #include "core/math/half_math.h"
 #include "bench_peak.h"
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return v[n / 2];
-}
+#include "bench_util.h"
 
 /* Memory bandwidth: the best of a read-only sum, a copy and a triad a = b + s*c over arrays far
  * larger than the caches, counting compulsory bytes (reads + writes), best of 5 each. */

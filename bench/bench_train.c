@@ -30,17 +30,7 @@
 #include "core/ops.h"
 #include "core/status.h"
 #include "train/train.h"
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+#include "bench_util.h"
 
 typedef struct bench_args {
     const char *models, *text, *data, *json;
@@ -136,9 +126,7 @@ static int measure(const char *name, mr_train_cfg cfg, const bench_args *a, benc
     }
     double sorted[64];
     memcpy(sorted, r->sps, sizeof sorted);
-    qsort(sorted, (size_t)a->runs, sizeof *sorted, cmp_double);
-    /* as Python's statistics.median (torch_bench, the peer): the mean of the middle two when even */
-    r->sps_median = a->runs % 2 ? sorted[a->runs / 2] : 0.5 * (sorted[a->runs / 2 - 1] + sorted[a->runs / 2]);
+    r->sps_median = median(sorted, a->runs); /* as Python's statistics.median (torch_bench, the peer) */
     r->setup_s = wall - res.seconds;
     r->loss = res.last_loss;
 done:
