@@ -192,29 +192,45 @@ static void remember(void *ctx, const mr_train_state *ts) {
     memcpy(s->params, mr_params_buffer(ts->params), sizeof(float) * (size_t)s->n);
 }
 
+/* A run with an inf injected at step 3 into `names`, checkpointing every step into a directory of
+ * its own, that must fail with MR_ERR_NUMERIC: its error and log; s saw the last step applied. */
+static const char *stopped_run(mr_train_cfg c, const char *tag, const char *names, seen *s, char **log, char *dir) {
+    snprintf(dir, 160, "%s", th_tmp_path(tag));
+    c.inject_nonfinite_at = 3;
+    c.inject_nonfinite_param = names;
+    c.ckpt_dir = c.run_dir = dir;
+    c.ckpt_every = 1;
+    c.ckpt_keep = 0;
+    c.on_step = remember;
+    c.on_step_ctx = s;
+    mr_train_result r;
+    assert_int_equal(train_logged(&c, &r, log), MR_ERR_NUMERIC);
+    fprintf(stderr, "error: %s\n", mr_last_error());
+    return mr_last_error();
+}
+
+/* The newest checkpoint in dir is step 2's (nothing of step 3 was saved). */
+static void newest_is_step_2(const char *dir) {
+    int64_t *steps = NULL;
+    int n = 0;
+    MR_ASSERT_OK(mr_ckpt_scan(dir, &steps, &n));
+    assert_true(n >= 1);
+    assert_int_equal(steps[n - 1], 2);
+    free(steps);
+}
+
 static void test_floor_stops(void **state) {
     (void)state;
     if (!th_have_fashion_mnist()) skip();
     for (int device_path = 0; device_path < 2; device_path++) {
         char dir[160];
-        snprintf(dir, sizeof dir, "%s", th_tmp_path(device_path ? "floor-device" : "floor-host"));
         mr_train_cfg c = small_mlp(6);
         c.device_path = device_path;
         c.loss_scaler.min_scale = 1024; /* the scale starts at its floor */
         c.grad_clip = 5;
-        c.inject_nonfinite_at = 3;
-        c.inject_nonfinite_param = "fc1.weight,fc2.weight";
-        c.ckpt_dir = c.run_dir = dir;
-        c.ckpt_every = 1;
-        c.ckpt_keep = 0;
         seen s = {0};
-        c.on_step = remember;
-        c.on_step_ctx = &s;
-        mr_train_result r;
         char *log = NULL;
-        assert_int_equal(train_logged(&c, &r, &log), MR_ERR_NUMERIC);
-        const char *e = mr_last_error();
-        fprintf(stderr, "error: %s\n", e);
+        const char *e = stopped_run(c, device_path ? "floor-device" : "floor-host", "fc1.weight,fc2.weight", &s, &log, dir);
         assert_non_null(strstr(e, "step 3: non-finite gradients in fc2.weight (first of 2 in backward order), with "
                                   "the loss scale already at its floor (precision.loss_scale.min 1024), so training "
                                   "stops"));
@@ -244,32 +260,18 @@ static void test_no_scaling_gradients_stop(void **state) {
     if (!th_have_fashion_mnist()) skip();
     for (int device_path = 0; device_path < 2; device_path++) {
         char dir[160];
-        snprintf(dir, sizeof dir, "%s", th_tmp_path(device_path ? "f32-device" : "f32-host"));
         mr_train_cfg c = small_mlp(6);
         c.compute = MR_F32;
         c.device_path = device_path;
         c.grad_clip = 1;
-        c.inject_nonfinite_at = 3;
-        c.inject_nonfinite_param = "fc1.bias";
-        c.ckpt_dir = c.run_dir = dir;
-        c.ckpt_every = 1;
-        c.ckpt_keep = 0;
         seen s = {0};
-        c.on_step = remember;
-        c.on_step_ctx = &s;
-        mr_train_result r;
         char *log = NULL;
-        assert_int_equal(train_logged(&c, &r, &log), MR_ERR_NUMERIC);
-        const char *e = mr_last_error();
+        const char *e = stopped_run(c, device_path ? "f32-device" : "f32-host", "fc1.bias", &s, &log, dir);
         assert_non_null(strstr(e, "step 3: non-finite gradients in fc1.bias (the only one), with a finite loss ("));
         assert_non_null(strstr(e, "the backward overflowed (this step was not applied); HINT: lower optimizer.lr"));
         assert_int_equal(s.last_step, 2);
         for (int64_t i = 0; i < s.n; i++) assert_true(isfinite(s.params[i]));
-        int64_t *steps = NULL;
-        int n = 0;
-        MR_ASSERT_OK(mr_ckpt_scan(dir, &steps, &n));
-        assert_int_equal(steps[n - 1], 2);
-        free(steps);
+        newest_is_step_2(dir);
         th_free_all();
     }
 }
