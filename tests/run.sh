@@ -11,7 +11,8 @@ cd "$root"
 
 packages=(build-essential cmake pkg-config libopenblas0-openmp libcmocka-dev libhdf5-dev libopenmpi-dev
           openmpi-bin libyaml-dev zlib1g-dev dataset-fashion-mnist bible-kjv
-          clang) # clang: the libFuzzer build of tests/fuzz (CTest fuzz.libfuzzer)
+          clang  # clang: the libFuzzer build of tests/fuzz (CTest fuzz.libfuzzer)
+          python3) # python3: tests/tools/check_trace.py (CTest e2e.trace, mpi.trace)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -364,6 +364,7 @@ static void trainer_free(trainer *t) {
     mr_optim_free(t->opt);
     mr_steps_free(t->steps);
     mr_params_free(t->ps);
+    tr_trace_free(t); /* after the queue and the prefetch thread, which write its tracks */
     memset(t, 0, sizeof *t);
 }
 
@@ -636,6 +637,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
     char rpath[4096];
     int resume = 0;
     MR_TRY(start_run(&tr, s, res, rpath, sizeof rpath, &resume));
+    MR_TRY(tr_trace_init(&tr, s, cfg->run_dir != NULL));
     /* CUDA graphs: the step is captured at its second run (the first one creates the cuBLAS,
      * cuBLASLt and cuDNN state lazily, which may not happen inside a capture) */
     int want_graphs = tr.gdev.kind == MR_DEVICE_CUDA && c->cuda_graphs;
@@ -659,6 +661,8 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
                     c->compute == MR_F32 ? "float32" : c->compute == MR_BF16 ? "mixed_bfloat16" : "mixed_float16",
                     tr.scaling ? " with dynamic loss scaling" : "", mr_cpu_gemm_provider());
     while (tr.step < c->steps) {
+        MR_TRY(tr_trace_step_begin(&tr)); /* the window opens before its first step */
+        const int64_t span_step = mr_trace_begin(tr.trace.train);
         MR_TRY(tr_dev_set_loss_scale(&tr, s, tr.scaling ? (float)tr.scaler.scale : 1.0f));
         if (want_graphs && tr.step > res->resumed_from) {
             MR_TRY(mr_plan_set_graphs(s->plan, 1));
@@ -674,12 +678,15 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
         mr_ddp_part part;
         MR_TRY(tr_step_exchange(&tr, g, &loss, &stop, &part, &L.tm));
         const double t0 = tr_now_s();
+        const int64_t span_opt = mr_trace_begin(tr.trace.train);
         MR_TRY(tr_step_check(&tr, loss, &part, &apply));
         /* unscale (above), clip, update */
         const double lr = mr_schedule_lr(&c->schedule, c->optim.lr, tr.step);
         if (apply) MR_TRY(tr_step_update(&tr, &part, lr));
         L.tm.opt += tr_now_s() - t0;
+        mr_trace_end1(tr.trace.train, span_opt, "optimizer", "applied", apply);
         /* report */
+        const int64_t span_report = mr_trace_begin(tr.trace.train);
         if (isfinite(loss)) { /* a skipped overflow step does not poison the interval's mean */
             tr.loss_sum += loss;
             tr.interval++;
@@ -693,11 +700,14 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
         }
         const int last = tr.step == c->steps;
         if ((c->log_every > 0 && tr.step % c->log_every == 0) || last) log_step(&tr, &L, lr, res);
+        mr_trace_end(tr.trace.train, span_report, "report");
         if (has_eval(c) && ((c->eval_every > 0 && tr.step % c->eval_every == 0) || last)) {
+            const int64_t span_eval = mr_trace_begin(tr.trace.train);
             MR_TRY(tr_bufs_broadcast(&tr)); /* replica 0's running statistics are the model's */
             MR_TRY(evaluate(c, tr.steps, &tr.dv, micro, comm, res));
             log_eval(c, L.metrics, tr.step, tr_now_s() - tr.time_origin, res);
             L.t_last = tr_now_s(); /* evaluation time is not training throughput */
+            mr_trace_end(tr.trace.train, span_eval, "evaluate");
         }
         /* one replica stops for a signal that came at any time during the step; replicas stop on
          * the step they agreed on */
@@ -705,9 +715,13 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
         /* after the evaluation: a run killed before the checkpoint redoes that evaluation */
         if (c->ckpt_dir && ((c->ckpt_every > 0 && tr.step % c->ckpt_every == 0) || last || stop)) {
             const double t1 = tr_now_s();
+            const int64_t span_ckpt = mr_trace_begin(tr.trace.train);
             MR_TRY(save_checkpoint(&tr, res));
+            mr_trace_end(tr.trace.train, span_ckpt, "checkpoint_save");
             L.t_last += tr_now_s() - t1; /* saving is not training throughput (it has its own log line) */
         }
+        mr_trace_end1(tr.trace.train, span_step, "step", "step", tr.step);
+        MR_TRY(tr_trace_step_end(&tr, last || stop)); /* after its last step (or the run's) it closes */
         if (stop) {
             res->stopped_by = g_stop_signal ? (int)g_stop_signal : SIGTERM; /* another replica's signal */
             if (!c->quiet) mr_log_info("stopping at step %lld on signal %d", (long long)tr.step, res->stopped_by);
@@ -736,6 +750,7 @@ fail:
     /* a failed GPU replica aborts its NCCL communicator now: tearing it down politely would wait
      * for peers that will never finish the collective */
     if (st != MR_OK && tr.dv.own_gcomm) mr_comm_abort(tr.dv.gcomm, 1, mr_last_error());
+    if (st != MR_OK) tr_trace_fail(&tr); /* replica 0's spans up to the failure */
     if (L.metrics) fclose(L.metrics);
     trainer_free(&tr);
     return st;
