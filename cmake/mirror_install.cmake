@@ -36,7 +36,7 @@ include(\"${PROJECT_SOURCE_DIR}/cmake/mirror_install_headers.cmake\")")
 # found from the .pc file's own place (${pcfiledir}), so `cmake --install --prefix P` works.
 file(RELATIVE_PATH MIRROR_PC_UP /${CMAKE_INSTALL_LIBDIR}/pkgconfig /)
 set(_mirror_private "")
-foreach(lib ${HDF5_C_LIBRARIES} ${MPI_C_LIBRARIES} ${YAML_LINK_LIBRARIES} ${ZLIB_LIBRARIES})
+foreach(lib ${HDF5_C_LIBRARIES} ${MPI_C_LIBRARIES} ${YAML_LINK_LIBRARIES} ${PROTOBUFC_LINK_LIBRARIES} ${ZLIB_LIBRARIES})
   string(APPEND _mirror_private " ${lib}")
 endforeach()
 string(APPEND _mirror_private " ${OpenMP_C_FLAGS} -lpthread -ldl -lm")

@@ -33,6 +33,8 @@ static const char *const POLICIES[] = {"float32", "mixed_float16", "mixed_bfloat
 static const char *const BACKENDS[] = {"auto", "nccl", "mpi", "local", NULL};
 static const char *const METHODS[] = {"none", "grid", "random", NULL};
 static const char *const GOALS[] = {"max", "min", NULL};
+static const char *const ES_METRICS[] = {"eval_loss", "eval_accuracy", "eval_perplexity", NULL};
+static const char *const ES_MODES[] = {"auto", "min", "max", NULL};
 
 #define OFF(m) offsetof(mr_experiment, m)
 #define BIG 9.0e18
@@ -83,6 +85,10 @@ const field mr_cfg_fields[] = {
     FB("precision.allow_tf32", precision.allow_tf32),
     FI("train.steps", train.steps, 1), FI("train.batch", train.batch, 1), FI("train.eval_every", train.eval_every, 0),
     FI("train.log_every", train.log_every, 1), FI("train.accumulate", train.accumulate, 1),
+    FI("train.early_stop.patience", train.early_stop.patience, 0),
+    FE("train.early_stop.metric", train.early_stop.metric, ES_METRICS),
+    FE("train.early_stop.mode", train.early_stop.mode, ES_MODES),
+    FN("train.early_stop.min_delta", train.early_stop.min_delta, 0, BIG, 0),
     FS("checkpoint.dir", checkpoint.dir, F_NONEMPTY), FI("checkpoint.every", checkpoint.every, 0),
     FI("checkpoint.keep", checkpoint.keep, 0), FS("checkpoint.resume", checkpoint.resume, F_RESUME | F_NONEMPTY),
     FS("checkpoint.init_from", checkpoint.init_from, F_FILE),
@@ -390,36 +396,6 @@ static const char *expected(const field *f) {
 static mr_status set_params(const walker *w, mr_experiment *e, const yaml_node_t *n);
 static mr_status set_param(const walker *w, mr_experiment *e, const char *key, pos kp, const yaml_node_t *v);
 
-/* A step window [first, last] (log.trace): 1 <= first <= last; [] or none: off (0 0). */
-static mr_status set_window(const walker *w, mr_experiment *e, const field *f, const yaml_node_t *n) {
-    pos p = node_pos(w, n);
-    int64_t v[2] = {0, 0};
-    if (n->type == YAML_SCALAR_NODE) {
-        int b = 1;
-        if (!strcmp(SCALAR(n), "none") || (mr_cfg_parse_bool(SCALAR(n), &b) && !b)) {
-            memcpy((char *)e + f->off, v, sizeof v);
-            return MR_OK;
-        }
-        return perr(MR_ERR_INVALID, p, "%s: expected [first, last] (steps) or none, got '%s'; HINT: %s=[100, 110]",
-                    f->path, SCALAR(n), f->path);
-    }
-    if (n->type != YAML_SEQUENCE_NODE)
-        return perr(MR_ERR_INVALID, p, "%s: expected [first, last] (steps) or none, got %s", f->path, node_kind(n));
-    int c = (int)(n->data.sequence.items.top - n->data.sequence.items.start);
-    if (c != 0 && c != 2)
-        return perr(MR_ERR_INVALID, p, "%s: expected two steps [first, last], got %d value%s", f->path, c, c == 1 ? "" : "s");
-    for (int i = 0; i < c; i++) {
-        yaml_node_t *it = yaml_document_get_node(w->doc, n->data.sequence.items.start[i]);
-        if (it->type != YAML_SCALAR_NODE || !mr_cfg_parse_i64(SCALAR(it), &v[i]) || v[i] < 1)
-            return perr(MR_ERR_INVALID, node_pos(w, it), "%s[%d]: expected a step (an integer >= 1)", f->path, i);
-    }
-    if (v[0] > v[1])
-        return perr(MR_ERR_INVALID, p, "%s: the first step (%lld) is after the last (%lld)", f->path, (long long)v[0],
-                    (long long)v[1]);
-    memcpy((char *)e + f->off, v, sizeof v);
-    return MR_OK;
-}
-
 static mr_status set_node(const walker *w, mr_experiment *e, const field *f, const yaml_node_t *n) {
     pos p = node_pos(w, n);
     switch (f->k) {
@@ -454,7 +430,7 @@ static mr_status set_node(const walker *w, mr_experiment *e, const field *f, con
     case K_PARAMS:
         return set_params(w, e, n);
     case K_WINDOW:
-        return set_window(w, e, f, n);
+        return mr_cfg_set_window(w, e, f, n);
     default:
         if (f->off == OFF(model.layers) && n->type == YAML_SEQUENCE_NODE) return mr_cfg_set_model_node(w, e, f, n);
         if (n->type != YAML_SCALAR_NODE)
@@ -834,6 +810,19 @@ static mr_status check_impl(const mr_experiment *e, const char *origin, const ke
     if (e->precision.loss_scale.min > e->precision.loss_scale.initial)
         return perr(MR_ERR_INVALID, P("precision.loss_scale.min"), "precision.loss_scale.min: must be <= initial (%g), got %g", e->precision.loss_scale.initial,
                     e->precision.loss_scale.min);
+    if (e->train.early_stop.patience > 0) { /* counted in evaluations of a metric the model reports */
+        const int lm = mr_model_task(&e->model) == MR_TASK_LM, m = e->train.early_stop.metric;
+        if (e->data.eval.source == MR_SRC_NONE && !(lm && e->data.train.source == MR_SRC_TEXT))
+            return perr(MR_ERR_INVALID, P("train.early_stop.patience"), "train.early_stop.patience: early stopping needs "
+                        "evaluation data; HINT: set data.eval, or drop train.early_stop");
+        if (e->train.eval_every == 0)
+            return perr(MR_ERR_INVALID, P("train.early_stop.patience"), "train.early_stop.patience counts evaluations, "
+                        "but train.eval_every is 0 (only one, at the end); HINT: set train.eval_every");
+        if ((m == 1 && lm) || (m == 2 && !lm))
+            return perr(MR_ERR_INVALID, P("train.early_stop.metric"), "train.early_stop.metric: %s is not reported by a "
+                        "%s; HINT: eval_loss, or %s", ES_METRICS[m], lm ? "language model" : "classifier",
+                        lm ? "eval_perplexity" : "eval_accuracy");
+    }
     if (e->log.trace[0] > e->train.steps)
         return perr(MR_ERR_INVALID, P("log.trace"), "log.trace: the window starts at step %lld, after train.steps (%lld): "
                     "nothing would be traced; HINT: a window inside the run, e.g. log.trace=[%lld, %lld]",

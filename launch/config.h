@@ -82,7 +82,15 @@ typedef struct mr_experiment {
         struct { double initial, growth_factor, backoff_factor, min; int64_t growth_interval; } loss_scale;
         int allow_tf32; /* f32 GEMMs on a GPU may use TF32 tensor cores */
     } precision;
-    struct { int64_t steps, batch /* global */, eval_every /* 0 = never */, log_every, accumulate; } train;
+    struct {
+        int64_t steps, batch /* global */, eval_every /* 0 = never */, log_every, accumulate;
+        struct {
+            int64_t patience; /* evaluations without improvement before the run stops; 0: off */
+            int metric;       /* 0 eval_loss, 1 eval_accuracy, 2 eval_perplexity */
+            int mode;         /* 0 auto (max for accuracy, min otherwise), 1 min, 2 max */
+            double min_delta; /* an improvement must exceed it */
+        } early_stop;
+    } train;
     struct {
         char dir[MR_CFG_PATH_MAX];
         int64_t every, keep; /* every 0 = only at the end; keep 0 = keep all */

@@ -90,6 +90,11 @@ int mr_cfg_unused(const mr_experiment *e, const field *f, char *why, size_t cap)
         snprintf(why, cap, "with log.tensorboard false (histograms go to TensorBoard)");
         return 1;
     }
+    if (!strncmp(path, "train.early_stop.", 17) && strcmp(path, "train.early_stop.patience") &&
+        e->train.early_stop.patience == 0) {
+        snprintf(why, cap, "with train.early_stop.patience 0 (early stopping off)");
+        return 1;
+    }
     if (!strcmp(path, "log.trace_ops") && e->log.trace[0] == 0) {
         snprintf(why, cap, "without a log.trace window (per-op spans are part of the trace)");
         return 1;
@@ -108,7 +113,10 @@ const char *mr_cfg_selector_of(const field *f) {
                                          {"data.eval.", "data.eval.source"}, {"optimizer.", "optimizer.type"},
                                          {"schedule.", "schedule.type"}, {"precision.loss_scale.", "precision.policy"},
                                          {"sweep.", "sweep.method"}, {"log.histogram_every", "log.tensorboard"},
-                                         {"log.trace_ops", "log.trace"}};
+                                         {"log.trace_ops", "log.trace"},
+                                         {"train.early_stop.metric", "train.early_stop.patience"},
+                                         {"train.early_stop.mode", "train.early_stop.patience"},
+                                         {"train.early_stop.min_delta", "train.early_stop.patience"}};
     for (size_t i = 0; i < sizeof sel / sizeof sel[0]; i++)
         if (!strncmp(f->path, sel[i][0], strlen(sel[i][0]))) return sel[i][1];
     return NULL;

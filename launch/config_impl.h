@@ -68,6 +68,8 @@ int mr_cfg_edit_distance(const char *a, const char *b); /* case-insensitive Leve
  * or tokens) and model.layers given as a list of layers (a layer graph); a scalar model.layers is
  * the gpt's depth, set like any integer. */
 mr_status mr_cfg_set_model_node(const walker *w, mr_experiment *e, const field *f, const yaml_node_t *n);
+/* log.trace: a step window [first, last] (1 <= first <= last), or [] / none / false: off (0 0). */
+mr_status mr_cfg_set_window(const walker *w, mr_experiment *e, const field *f, const yaml_node_t *n);
 /* Checks a graph model's layers (mr_layers_check), the message at the failing layer's line. */
 mr_status mr_cfg_check_layers(const mr_experiment *e, pos where) MR_WUR;
 

@@ -1,5 +1,6 @@
-/* The model's structured keys (see config_impl.h): model.sizes, model.channels, model.input and a
- * layer graph's model.layers, parsed from YAML nodes with a position for every mistake. A layer
+/* The structured (list-valued) keys (see config_impl.h): model.sizes, model.channels, model.input,
+ * a layer graph's model.layers, and log.trace's step window, parsed from YAML nodes with a
+ * position for every mistake. A layer
  * is a name (`relu`) or a mapping of one layer kind to its arguments, with an optional `name`:
  *   - conv2d: {out: 16, kernel: 3, pad: 1, bias: false}
  *     name: conv1
@@ -364,6 +365,36 @@ mr_status mr_cfg_set_model_node(const walker *w, mr_experiment *e, const field *
         return parse_seq(w, n, "model.layers", g, &g->top, &g->n_top, 0);
     }
     }
+}
+
+/* A step window [first, last] (log.trace): 1 <= first <= last; [] or none: off (0 0). */
+mr_status mr_cfg_set_window(const walker *w, mr_experiment *e, const field *f, const yaml_node_t *n) {
+    pos p = node_pos(w, n);
+    int64_t v[2] = {0, 0};
+    if (n->type == YAML_SCALAR_NODE) {
+        int b = 1;
+        if (!strcmp(SCALAR(n), "none") || (mr_cfg_parse_bool(SCALAR(n), &b) && !b)) {
+            memcpy((char *)e + f->off, v, sizeof v);
+            return MR_OK;
+        }
+        return perr(MR_ERR_INVALID, p, "%s: expected [first, last] (steps) or none, got '%s'; HINT: %s=[100, 110]",
+                    f->path, SCALAR(n), f->path);
+    }
+    if (n->type != YAML_SEQUENCE_NODE)
+        return perr(MR_ERR_INVALID, p, "%s: expected [first, last] (steps) or none, got %s", f->path, node_kind(n));
+    int c = (int)(n->data.sequence.items.top - n->data.sequence.items.start);
+    if (c != 0 && c != 2)
+        return perr(MR_ERR_INVALID, p, "%s: expected two steps [first, last], got %d value%s", f->path, c, c == 1 ? "" : "s");
+    for (int i = 0; i < c; i++) {
+        yaml_node_t *it = yaml_document_get_node(w->doc, n->data.sequence.items.start[i]);
+        if (it->type != YAML_SCALAR_NODE || !mr_cfg_parse_i64(SCALAR(it), &v[i]) || v[i] < 1)
+            return perr(MR_ERR_INVALID, node_pos(w, it), "%s[%d]: expected a step (an integer >= 1)", f->path, i);
+    }
+    if (v[0] > v[1])
+        return perr(MR_ERR_INVALID, p, "%s: the first step (%lld) is after the last (%lld)", f->path, (long long)v[0],
+                    (long long)v[1]);
+    memcpy((char *)e + f->off, v, sizeof v);
+    return MR_OK;
 }
 
 mr_status mr_cfg_check_layers(const mr_experiment *e, pos where) {

@@ -205,6 +205,10 @@ mr_status mr_experiment_train_cfg(const mr_experiment *e, const char *run_dir, m
     c->histogram_every = e->log.histogram_every;
     c->trace_first = e->log.trace[0], c->trace_last = e->log.trace[1];
     c->trace_ops = e->log.trace_ops;
+    c->early_stop_patience = e->train.early_stop.patience;
+    c->early_stop_metric = e->train.early_stop.metric;
+    c->early_stop_mode = e->train.early_stop.mode;
+    c->early_stop_min_delta = e->train.early_stop.min_delta;
 
     /* the run directory is the caller's (checkpoint.dir, or a sweep's trial-NNN; NULL: no files) */
     c->run_dir = run_dir;

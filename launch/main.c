@@ -304,13 +304,19 @@ static int cmd_train(int argc, char **argv) {
     }
     if (r.resumed_from > 0 && r.resumed_from == r.steps) {
         /* nothing was trained: no loss to report; the evaluation of the checkpoint is real */
-        printf("the run in %s is already at its last step (%lld, train.steps); nothing to train", dir, (long long)r.steps);
+        if (r.early_stopped)
+            printf("the run in %s stopped early at step %lld (train.early_stop); nothing to train", dir, (long long)r.steps);
+        else
+            printf("the run in %s is already at its last step (%lld, train.steps); nothing to train", dir, (long long)r.steps);
         if (!isnan(r.eval_accuracy)) printf("; eval accuracy %.4f", r.eval_accuracy);
         if (!isnan(r.eval_perplexity)) printf("; eval perplexity %.3f", r.eval_perplexity);
-        printf("\nHINT: raise train.steps to train on, or set checkpoint.dir to a new directory to start over\n");
+        printf("\nHINT: raise %s to train on, or set checkpoint.dir to a new directory to start over\n",
+               r.early_stopped ? "train.early_stop.patience" : "train.steps");
         return end_job(0);
     }
     printf("trained %lld steps in %.1f s: loss %.4f", (long long)r.steps, r.seconds, r.last_loss);
+    if (r.early_stopped)
+        printf(" (stopped early: the best evaluation was at step %lld)", (long long)r.early_stop_best_step);
     if (r.skipped_steps) printf(" (%lld steps skipped by the loss scaler, scale %g)", (long long)r.skipped_steps, r.loss_scale);
     if (!isnan(r.eval_accuracy)) printf(", eval accuracy %.4f", r.eval_accuracy);
     if (!isnan(r.eval_perplexity)) printf(", eval perplexity %.3f", r.eval_perplexity);

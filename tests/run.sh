@@ -10,9 +10,9 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
 packages=(build-essential cmake pkg-config libopenblas0-openmp libcmocka-dev libhdf5-dev libopenmpi-dev
-          openmpi-bin libyaml-dev zlib1g-dev dataset-fashion-mnist bible-kjv
-          clang  # clang: the libFuzzer build of tests/fuzz (CTest fuzz.libfuzzer)
-          python3) # python3: tests/tools/check_trace.py (CTest e2e.trace, mpi.trace)
+          openmpi-bin libyaml-dev zlib1g-dev protobuf-c-compiler libprotobuf-c-dev dataset-fashion-mnist bible-kjv
+          python3 clang) # python3: tests/e2e/*.py and tests/tools/check_trace.py (standard library only); clang: the libFuzzer build
+                         # of tests/fuzz (CTest fuzz.libfuzzer)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

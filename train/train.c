@@ -207,6 +207,7 @@ static mr_status evaluate(const mr_train_cfg *c, mr_steps *steps, tr_device *dv,
         correct = (int64_t)sums[1];
         seen = (int64_t)sums[2];
     }
+    res->eval_samples = seen;
     res->eval_loss = seen ? loss_sum / (double)seen : NAN;
     res->eval_accuracy = classify && seen ? (double)correct / (double)seen : NAN;
     res->eval_perplexity = classify ? NAN : exp(res->eval_loss);
@@ -215,8 +216,16 @@ fail:
     return st;
 }
 
-/* An evaluation's metrics.jsonl line and its message (replica 0). */
-static void log_eval(const mr_train_cfg *c, FILE *metrics, int64_t step, double time, const mr_train_result *r) {
+/* TensorBoard output that failed to write (a full disk): the run goes on without it. */
+static void tb_lost(mr_tb **tb) {
+    mr_log_warn("%s; TensorBoard output stops here (training goes on; metrics.jsonl has every number)", mr_last_error());
+    mr_tb_close(*tb);
+    *tb = NULL;
+}
+
+/* An evaluation's metrics.jsonl line, TensorBoard scalars and message (replica 0). */
+static void log_eval(const mr_train_cfg *c, FILE *metrics, mr_tb **tb, int64_t step, double time,
+                     const mr_train_result *r) {
     const int classify = mr_model_task(&c->model) == MR_TASK_CLASSIFY;
     const char *metric = classify ? "accuracy" : "perplexity";
     const double value = classify ? r->eval_accuracy : r->eval_perplexity;
@@ -226,6 +235,7 @@ static void log_eval(const mr_train_cfg *c, FILE *metrics, int64_t step, double 
                 (long long)step, time, r->eval_loss, metric, value);
         fflush(metrics);
     }
+    if (*tb && tr_tb_eval(*tb, step, classify, r) != MR_OK) tb_lost(tb);
     if (!c->quiet) {
         mr_log_progress_end();
         printf(classify ? "eval at step %lld: loss %.4f  %s %.4f\n" : "eval at step %lld: loss %.4f  %s %.3f\n",
@@ -386,6 +396,7 @@ static void bind_work(trainer *t) {
 static mr_status trainer_init(trainer *t, const mr_train_cfg *cfg, int with_optim, mr_comm *comm) {
     mr_status st = MR_OK;
     memset(t, 0, sizeof *t);
+    t->es_best = NAN; /* no evaluation yet */
     t->c = *cfg;
     mr_train_cfg *c = &t->c;
     t->comm = comm;
@@ -527,6 +538,7 @@ fail:
 /* The log interval: step-time split, throughput and the overlap of communication. */
 typedef struct interval_log {
     FILE *metrics;      /* <run_dir>/metrics.jsonl (NULL: none) */
+    mr_tb *tb;          /* <run_dir>/tb/ (NULL: none) */
     int tty;            /* progress rewritten in place */
     double t_start, t_last; /* the run's start and the last log line (or the end of an evaluation) */
     double busy0;       /* the exchange's busy seconds at the last log line */
@@ -534,34 +546,50 @@ typedef struct interval_log {
     int64_t timed;      /* steps in the interval */
 } interval_log;
 
-/* The log step's metrics.jsonl line and progress line, then a new interval. */
-static void log_step(trainer *t, interval_log *L, double lr, mr_train_result *res) {
+/* The log step's numbers over the interval. */
+static tr_metrics interval_metrics(trainer *t, interval_log *L, double lr, double now) {
     const mr_train_cfg *c = &t->c;
-    const double now = tr_now_s(), k = (double)(t->interval > 0 ? t->interval : 1);
+    const double k = (double)(t->interval > 0 ? t->interval : 1);
     const double steps_timed = (double)(L->timed > 0 ? L->timed : 1), span = now - L->t_last;
     const tr_times *tm = &L->tm;
-    const double sps = (double)c->batch * steps_timed / span;
-    res->last_loss = t->interval > 0 ? t->loss_sum / k : NAN;
-    const double scale_now = t->scaling ? t->scaler.scale : 1.0;
+    tr_metrics m = {.step = t->step, .skipped = t->scaling ? t->scaler.skipped : 0, .time = now - t->time_origin,
+                    .loss = t->interval > 0 ? t->loss_sum / k : NAN, .lr = lr,
+                    .loss_scale = t->scaling ? t->scaler.scale : 1.0,
+                    .samples_per_s = (double)c->batch * steps_timed / span, .data = tm->data / steps_timed,
+                    .fwd = tm->fwd / steps_timed, .bwd = tm->bwd / steps_timed, .comm = tm->comm / steps_timed,
+                    .opt = tm->opt / steps_timed};
+    if (mr_model_task(&c->model) == MR_TASK_LM) m.tokens_per_s = m.samples_per_s * (double)c->model.context;
     /* the share of the all-reduce time that ran behind the backward (0 without overlap) */
-    double hidden = 0;
     if (mr_ddp_overlaps(t->ddp)) {
         const double busy = mr_ddp_busy_seconds(t->ddp) - L->busy0;
-        hidden = busy > 0 ? 1.0 - tm->comm / busy : 0;
-        if (hidden < 0) hidden = 0;
+        m.hidden = busy > 0 ? 1.0 - tm->comm / busy : 0;
+        if (m.hidden < 0) m.hidden = 0;
         L->busy0 += busy;
     }
+    return m;
+}
+
+/* The log step's metrics.jsonl line, TensorBoard scalars and progress line, then a new interval. */
+static void log_step(trainer *t, interval_log *L, double lr, mr_train_result *res) {
+    const mr_train_cfg *c = &t->c;
+    const double now = tr_now_s(), span = now - L->t_last;
+    const tr_times *tm = &L->tm;
+    const tr_metrics m = interval_metrics(t, L, lr, now);
+    const double sps = m.samples_per_s, hidden = m.hidden;
+    res->last_loss = m.loss;
     if (L->metrics) {
+        char tok[48] = "";
+        if (m.tokens_per_s > 0) snprintf(tok, sizeof tok, ", \"tokens_per_s\": %.1f", m.tokens_per_s);
         fprintf(L->metrics,
                 "{\"step\": %lld, \"time\": %.3f, \"loss\": %.6f, \"lr\": %.6g, \"loss_scale\": %g, "
-                "\"skipped_steps\": %lld, \"samples_per_s\": %.1f, \"data_wait_s\": %.6f, \"forward_s\": %.6f, "
+                "\"skipped_steps\": %lld, \"samples_per_s\": %.1f%s, \"data_wait_s\": %.6f, \"forward_s\": %.6f, "
                 "\"backward_s\": %.6f, \"communication_s\": %.6f, \"communication_hidden\": %.3f, "
                 "\"optimizer_s\": %.6f}\n",
-                (long long)t->step, now - t->time_origin, res->last_loss, lr, scale_now,
-                (long long)(t->scaling ? t->scaler.skipped : 0), sps, tm->data / steps_timed, tm->fwd / steps_timed,
-                tm->bwd / steps_timed, tm->comm / steps_timed, hidden, tm->opt / steps_timed);
+                (long long)m.step, m.time, m.loss, m.lr, m.loss_scale, (long long)m.skipped, sps, tok, m.data, m.fwd,
+                m.bwd, m.comm, hidden, m.opt);
         fflush(L->metrics);
     }
+    if (L->tb && tr_tb_step(t, L->tb, &m) != MR_OK) tb_lost(&L->tb);
     if (!c->quiet && !c->no_progress) {
         const double eta = (now - L->t_start) / (double)(t->step - res->resumed_from) * (double)(c->steps - t->step);
         char scale_txt[64] = "";
@@ -648,6 +676,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
     if (c->run_dir) {
         MR_TRY(mr_mkdirs(c->run_dir));
         MR_TRY(open_metrics(c->run_dir, tr.step, &L.metrics));
+        MR_TRY(tr_tb_open(&tr, tr.step, &L.tb));
     }
     L.tty = progress_on_tty();
     L.t_start = L.t_last = tr_now_s();
@@ -660,7 +689,10 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
                     (long long)mr_params_total(tr.ps), (long long)c->steps, (long long)c->batch,
                     c->compute == MR_F32 ? "float32" : c->compute == MR_BF16 ? "mixed_bfloat16" : "mixed_float16",
                     tr.scaling ? " with dynamic loss scaling" : "", mr_cpu_gemm_provider());
-    while (tr.step < c->steps) {
+    /* a resume from the checkpoint of this run's early stop: nothing to train (below) */
+    const int stopped_before = resume && tr_early_stopped(&tr);
+    int early = 0;
+    while (tr.step < c->steps && !stopped_before) {
         MR_TRY(tr_trace_step_begin(&tr)); /* the window opens before its first step */
         const int64_t span_step = mr_trace_begin(tr.trace.train);
         MR_TRY(tr_dev_set_loss_scale(&tr, s, tr.scaling ? (float)tr.scaler.scale : 1.0f));
@@ -703,17 +735,22 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
         mr_trace_end(tr.trace.train, span_report, "report");
         if (has_eval(c) && ((c->eval_every > 0 && tr.step % c->eval_every == 0) || last)) {
             const int64_t span_eval = mr_trace_begin(tr.trace.train);
+            const double te = tr_now_s();
             MR_TRY(tr_bufs_broadcast(&tr)); /* replica 0's running statistics are the model's */
             MR_TRY(evaluate(c, tr.steps, &tr.dv, micro, comm, res));
-            log_eval(c, L.metrics, tr.step, tr_now_s() - tr.time_origin, res);
-            L.t_last = tr_now_s(); /* evaluation time is not training throughput */
+            log_eval(c, L.metrics, &L.tb, tr.step, tr_now_s() - tr.time_origin, res);
+            /* evaluation time is not training throughput: the interval's clock skips it (moving
+             * t_last to now dropped the interval's earlier steps from the span while their
+             * times and count stayed, which overstated samples/s and gave shares over 100%) */
+            L.t_last += tr_now_s() - te;
+            early = tr_early_stop_update(&tr, res);
             mr_trace_end(tr.trace.train, span_eval, "evaluate");
         }
         /* one replica stops for a signal that came at any time during the step; replicas stop on
          * the step they agreed on */
         if (!comm && g_stop_signal) stop = 1;
         /* after the evaluation: a run killed before the checkpoint redoes that evaluation */
-        if (c->ckpt_dir && ((c->ckpt_every > 0 && tr.step % c->ckpt_every == 0) || last || stop)) {
+        if (c->ckpt_dir && ((c->ckpt_every > 0 && tr.step % c->ckpt_every == 0) || last || stop || early)) {
             const double t1 = tr_now_s();
             const int64_t span_ckpt = mr_trace_begin(tr.trace.train);
             MR_TRY(save_checkpoint(&tr, res));
@@ -721,18 +758,32 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
             L.t_last += tr_now_s() - t1; /* saving is not training throughput (it has its own log line) */
         }
         mr_trace_end1(tr.trace.train, span_step, "step", "step", tr.step);
-        MR_TRY(tr_trace_step_end(&tr, last || stop)); /* after its last step (or the run's) it closes */
+        MR_TRY(tr_trace_step_end(&tr, last || stop || early)); /* after its last step (or the run's) it closes */
+        if (early) {
+            char msg[512];
+            tr_early_stop_message(&tr, msg, sizeof msg);
+            if (!c->quiet) mr_log_info("%s", msg);
+            res->early_stopped = tr.step;
+            break;
+        }
         if (stop) {
             res->stopped_by = g_stop_signal ? (int)g_stop_signal : SIGTERM; /* another replica's signal */
             if (!c->quiet) mr_log_info("stopping at step %lld on signal %d", (long long)tr.step, res->stopped_by);
             break;
         }
     }
-    if (resume && res->resumed_from == c->steps) {
+    if (resume && (res->resumed_from == c->steps || stopped_before)) {
         /* the checkpoint is the end of this run: nothing to train; report its evaluation */
-        if (!c->quiet)
+        if (!c->quiet && stopped_before) {
+            char msg[512];
+            tr_early_stop_message(&tr, msg, sizeof msg);
+            mr_log_info("%s is where this run stopped early: nothing to train (%s; raise train.early_stop.patience "
+                        "to go on, or set checkpoint.resume: never to start over)", rpath, msg);
+        } else if (!c->quiet) {
             mr_log_info("%s is already at train.steps (%lld): nothing to train (raise train.steps to go on, or set "
                         "checkpoint.resume: never to start over)", rpath, (long long)c->steps);
+        }
+        if (stopped_before) res->early_stopped = tr.step;
         if (has_eval(c)) {
             MR_TRY(tr_bufs_broadcast(&tr));
             MR_TRY(evaluate(c, tr.steps, &tr.dv, micro, comm, res));
@@ -742,6 +793,8 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
     res->seconds = tr_now_s() - L.t_start;
     res->skipped_steps = tr.scaling ? tr.scaler.skipped : 0;
     res->loss_scale = tr.scaling ? tr.scaler.scale : 1.0;
+    res->early_stop_best = tr.es_best;
+    res->early_stop_best_step = tr.es_best_step;
     if (vocab && c->sample_chars > 0 && !res->stopped_by && tr.rank == 0)
         MR_TRY(generate(c, tr.steps, &tr.dv, vocab, nvocab, res));
     res->compilations = mr_steps_compilations(tr.steps);
@@ -752,6 +805,7 @@ fail:
     if (st != MR_OK && tr.dv.own_gcomm) mr_comm_abort(tr.dv.gcomm, 1, mr_last_error());
     if (st != MR_OK) tr_trace_fail(&tr); /* replica 0's spans up to the failure */
     if (L.metrics) fclose(L.metrics);
+    mr_tb_close(L.tb);
     trainer_free(&tr);
     return st;
 }

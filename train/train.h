@@ -90,7 +90,16 @@ typedef struct mr_train_cfg {
     int device_path;
     int cuda_graphs;
     int allow_tf32;
-    /* What a run shows (train/tb.h, train/trace.h), with run_dir: tensorboard writes TensorBoard
+    /* Early stopping (Keras EarlyStopping): with early_stop_patience > 0, the run ends after that
+     * many evaluations in a row in which early_stop_metric (0 eval_loss, 1 eval_accuracy,
+     * 2 eval_perplexity) did not improve on the best by more than early_stop_min_delta
+     * (early_stop_mode 1: downwards, 2: upwards, 0 auto: upwards for accuracy); it saves a checkpoint (with ckpt_dir) and returns MR_OK with
+     * res->early_stopped. The counter is in the checkpoint: a resumed run counts on, and a run
+     * resumed from the checkpoint of its early stop trains nothing. */
+    int64_t early_stop_patience;
+    int early_stop_metric, early_stop_mode;
+    double early_stop_min_delta;
+    /* What a run shows (train/tb.h, train/trace.c), with run_dir: tensorboard writes TensorBoard
      * event files into <run_dir>/tb (the scalars of metrics.jsonl, the resolved config as text at
      * the first step, histograms of parameters and gradients every histogram_every steps when > 0);
      * steps trace_first..trace_last (1-based; 0 0: none) are traced into <run_dir>/trace.json
@@ -123,11 +132,15 @@ typedef struct mr_train_result {
     double seconds;
     double last_loss;          /* mean training loss of the last log interval */
     double eval_loss, eval_accuracy, eval_perplexity; /* the final evaluation (NaN when none) */
+    int64_t eval_samples;      /* the samples (windows) it covered, over every replica: all of the data */
     int compilations;
     int64_t skipped_steps;     /* updates skipped by the loss scaler */
     double loss_scale;         /* the scale at the end (1 without loss scaling) */
     int64_t resumed_from;      /* the checkpoint step the run resumed from (0: a fresh start) */
     int stopped_by;            /* the signal number when mr_train_request_stop ended the run early */
+    int64_t early_stopped;     /* the step early stopping ended the run at (0: it did not) */
+    double early_stop_best;    /* the best value of the early-stopping metric, and its step */
+    int64_t early_stop_best_step;
     char checkpoint[4096];     /* the last checkpoint written ("" when none) */
     char sample[2048];         /* the generated text (UTF-8), when sample_chars > 0 */
 } mr_train_result;

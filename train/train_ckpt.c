@@ -7,12 +7,14 @@
  *   /optimizer/<name>/<slot>       momentum_buffer | exp_avg, exp_avg_sq (f32)
  *   /state/data_iter/<replica>     the data iterator's state blob (data/data.h)
  *   attributes: step, epoch, optimizer.* (type, hyperparameters, steps), loss_scale.*, rng.*,
- *   metrics.* (the open log interval), train.batch/accumulate, world_size, mirror_version,
+ *   metrics.* (the open log interval), early_stop.* (best, best_step, bad: evaluations without
+ *   improvement), train.batch/accumulate, world_size, mirror_version,
  *   model, precision, config (the experiment's YAML). */
 #include "train/train_impl.h"
 #include "checkpoint/ckpt.h"
 #include "core/log.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -114,6 +116,9 @@ mr_status tr_ckpt_save(trainer *t, const char *path) {
     MR_TRY(mr_ckpt_writer_attr_i64(w, "rng.dropout_step", t->step * c->accumulate));
     MR_TRY(mr_ckpt_writer_attr_f64(w, "metrics.loss_sum", t->loss_sum));
     MR_TRY(mr_ckpt_writer_attr_i64(w, "metrics.interval", t->interval));
+    MR_TRY(mr_ckpt_writer_attr_f64(w, "early_stop.best", t->es_best));
+    MR_TRY(mr_ckpt_writer_attr_i64(w, "early_stop.best_step", t->es_best_step));
+    MR_TRY(mr_ckpt_writer_attr_i64(w, "early_stop.bad", t->es_bad));
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     MR_TRY(mr_ckpt_writer_attr_f64(w, "metrics.time", (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - t->time_origin));
@@ -254,6 +259,15 @@ mr_status tr_ckpt_load(trainer *t, const char *path) {
     }
     MR_TRY(mr_ckpt_attr_f64(r, "metrics.loss_sum", &t->loss_sum));
     MR_TRY(mr_ckpt_attr_i64(r, "metrics.interval", &t->interval));
+    /* early stopping's state (checkpoints before it start the count over) */
+    st = mr_ckpt_attr_f64(r, "early_stop.best", &t->es_best);
+    if (st == MR_OK) st = mr_ckpt_attr_i64(r, "early_stop.best_step", &t->es_best_step);
+    if (st == MR_OK) st = mr_ckpt_attr_i64(r, "early_stop.bad", &t->es_bad);
+    if (st == MR_ERR_NOT_FOUND) {
+        t->es_best = NAN, t->es_best_step = 0, t->es_bad = 0;
+        st = MR_OK;
+    }
+    if (st != MR_OK) goto fail;
     t->elapsed_before = 0; /* checkpoints before metrics.time restart the clock */
     st = mr_ckpt_attr_f64(r, "metrics.time", &t->elapsed_before);
     if (st == MR_ERR_NOT_FOUND) {

@@ -10,6 +10,7 @@
 #include "distribute/comm.h"
 #include "distribute/ddp.h"
 #include "distribute/sync_hook.h"
+#include "train/tb.h"
 #include "train/train.h"
 
 typedef struct tr_pipeline {
@@ -89,6 +90,11 @@ typedef struct trainer {
      * is that start on this process's clock (CLOCK_MONOTONIC seconds), elapsed_before the
      * seconds a checkpoint carried (metrics.time; 0 for a fresh run or an older checkpoint) */
     double time_origin, elapsed_before;
+    /* early stopping (c.early_stop_patience > 0; train_early.c): the metric's best value (NaN
+     * before the first evaluation), its step, and the evaluations since without improvement;
+     * carried in checkpoints, so a resumed run counts on */
+    double es_best;
+    int64_t es_best_step, es_bad;
     int64_t train_size;     /* elements of the training source (an epoch) */
     int64_t image_numel;    /* the image map's context: lives as long as the pipeline */
     /* ZeRO-1 (shard_optimizer): this replica owns params [zsh.off, zsh.off + zsh.len) of n; the
@@ -185,6 +191,31 @@ mr_status tr_step_check(trainer *t, double loss, const mr_ddp_part *part, int *a
 mr_status tr_step_update(trainer *t, const mr_ddp_part *part, double lr) MR_WUR;
 
 double tr_now_s(void);
+
+/* ---- early stopping (train_early.c) ---- */
+/* After an evaluation (res holds it): updates the best value and the counter; 1 when the run must
+ * stop now (patience evaluations without improvement). Every replica gets the same evaluation, so
+ * every replica decides alike. */
+int tr_early_stop_update(trainer *t, const mr_train_result *res);
+/* The run already stopped early (a resume from its early stop's checkpoint). */
+int tr_early_stopped(const trainer *t);
+/* "step N: eval_loss has not improved ..." (replica 0's message). */
+void tr_early_stop_message(const trainer *t, char *buf, size_t cap);
+
+/* ---- what a log step reports (train.c) and TensorBoard (train_tb.c) ---- */
+/* One log step's numbers: metrics.jsonl's line and TensorBoard's scalars are written from it. */
+typedef struct tr_metrics {
+    int64_t step, skipped;
+    double time, loss, lr, loss_scale, samples_per_s, tokens_per_s /* 0: not a language model */;
+    double data, fwd, bwd, comm, hidden, opt; /* per-step seconds over the interval; hidden: a share */
+} tr_metrics;
+/* Replica 0 with c.tensorboard and a run_dir: a new event file in <run_dir>/tb for a run that
+ * starts at start_step (train/tb.h: resume), with the config as text; else *out = NULL. */
+mr_status tr_tb_open(trainer *t, int64_t start_step, mr_tb **out) MR_WUR;
+/* The log step's scalars, histograms when due (histogram_every), then a flush. */
+mr_status tr_tb_step(trainer *t, mr_tb *tb, const tr_metrics *m) MR_WUR;
+/* An evaluation's scalars, then a flush. */
+mr_status tr_tb_eval(mr_tb *tb, int64_t step, int classify, const mr_train_result *r) MR_WUR;
 
 /* ---- the trace window (trace.c) ---- */
 /* After the run's start (the exchange made): the recorder and its tracks, wired into the

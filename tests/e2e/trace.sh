@@ -5,10 +5,10 @@
 # replicas, the spans nest on every thread, every all-reduce on the communication threads carries
 # its bytes and one overlaps a backward span (small buckets), per-op spans sit inside forward and
 # backward (log.trace_ops), the clocks agree. Also: a window past train.steps closes at the run's
-# end; a run without log.trace writes no trace; a run that fails inside its window writes replica
-# 0's spans marked partial and still reports its own error; a window too big for MIRROR_TRACE_MB
-# says so when it opens, drops and counts the spans past the bound and still writes a well-formed
-# trace. (mpirun: tests/mpi/trace.sh.)
+# end, and an early stop (train.early_stop) closes it at its step; a run without log.trace writes no
+# trace; a run that fails inside its window writes replica 0's spans marked partial and still
+# reports its own error; a window too big for MIRROR_TRACE_MB says so when it opens, drops and
+# counts the spans past the bound and still writes a well-formed trace. (mpirun: tests/mpi/trace.sh.)
 # Usage: tests/e2e/trace.sh path/to/mirror
 set -uo pipefail
 mirror=${1:?usage: trace.sh path/to/mirror}
@@ -84,6 +84,14 @@ check "a diverging run fails with exit 1 ($rc) and its own message" \
       "[ $rc -eq 1 ] && grep -q '^mirror: error: .*non-finite loss' $tmp/fail.log"
 check "...after writing replica 0's spans, marked partial" \
       "python3 '$checker' $tmp/fail/trace.json --replicas 2 --names replica --partial"
+
+# 6. an early stop inside the window closes it at that step (patience 1, an improvement of 100 needed)
+train --set "checkpoint.dir=$tmp/early" --set 'log.trace=[2,8]' --set train.eval_every=1 --set train.early_stop.patience=1 \
+      --set train.early_stop.min_delta=100 "${two[@]}" >"$tmp/early.log" 2>&1
+rc=$?
+check "an early stop at step 2 inside the window exits 0 ($rc)" "[ $rc -eq 0 ] && grep -q 'early stopping at step 2' $tmp/early.log"
+check "...and the trace holds steps 2..2" \
+      "python3 '$checker' $tmp/early/trace.json --replicas 2 --names replica --steps 2 2 --overlap"
 
 # 5. a window too big for its bound: said at the start, spans dropped and counted, the run goes on
 MIRROR_TRACE_MB=0.02 train --set "checkpoint.dir=$tmp/drop" --set 'log.trace=[2,8]' --set log.trace_ops=true \

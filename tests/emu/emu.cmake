@@ -113,12 +113,12 @@ if(MIRROR_HAVE_EMU)
   list(APPEND _emu_core ${PROJECT_SOURCE_DIR}/distribute/comm_nccl.c)
   list(REMOVE_DUPLICATES _emu_core)
   add_library(mirror_core_emu STATIC ${_emu_core})
-  target_include_directories(mirror_core_emu PUBLIC ${PROJECT_SOURCE_DIR} ${HDF5_INCLUDE_DIRS})
+  target_include_directories(mirror_core_emu PUBLIC ${PROJECT_SOURCE_DIR} ${MIRROR_GEN_DIR} ${HDF5_INCLUDE_DIRS})
   target_include_directories(mirror_core_emu PRIVATE ${MIRROR_EMU_CUDA_INCLUDE} ${MIRROR_EMU_CUDNN_INCLUDE}
                              ${MIRROR_EMU_NCCL_INCLUDE})
   target_compile_definitions(mirror_core_emu PUBLIC ${_emu_defs})
   target_link_libraries(mirror_core_emu PUBLIC OpenMP::OpenMP_C Threads::Threads ZLIB::ZLIB ${CMAKE_DL_LIBS} m
-                        PkgConfig::YAML ${HDF5_C_LIBRARIES} MPI::MPI_C stdc++)
+                        PkgConfig::YAML PkgConfig::PROTOBUFC ${HDF5_C_LIBRARIES} MPI::MPI_C stdc++)
   # what a program links: the core and the CUDA objects refer to each other, so one link group
   add_library(mirror_emu INTERFACE)
   target_link_libraries(mirror_emu INTERFACE "$<LINK_GROUP:RESCAN,mirror_core_emu,mirror_emu_cuda,mirror_emu_rt>")

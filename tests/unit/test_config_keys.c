@@ -133,6 +133,8 @@ static void describe(const mr_train_cfg *c, text *t) {
     put_str(t, "run_dir", c->run_dir);
     I("tensorboard", c->tensorboard), I("histogram_every", c->histogram_every), I("trace_first", c->trace_first);
     I("trace_last", c->trace_last), I("trace_ops", c->trace_ops);
+    I("early_stop_patience", c->early_stop_patience), I("early_stop_metric", c->early_stop_metric);
+    I("early_stop_mode", c->early_stop_mode), F("early_stop_min_delta", c->early_stop_min_delta);
     I("quiet", c->quiet), I("no_progress", c->no_progress), I("compute", c->compute), I("loss_scaling", c->loss_scaling);
     F("loss_scaler.scale", c->loss_scaler.scale), F("loss_scaler.growth_factor", c->loss_scaler.growth_factor);
     F("loss_scaler.backoff_factor", c->loss_scaler.backoff_factor), F("loss_scaler.min_scale", c->loss_scaler.min_scale);
@@ -223,10 +225,10 @@ static mr_experiment *base_experiment(void) {
  * data.eval.source sets data.train.source along (the training source follows it). */
 static mr_status set_kv(mr_experiment *e, const char *key, const char *value) {
     char a[1024];
-    snprintf(a, sizeof a, "%s=%s", key, value);
+    if (snprintf(a, sizeof a, "%s=%s", key, value) >= (int)sizeof a) return MR_ERR_INVALID;
     mr_status st = mr_experiment_set(e, a);
     if (st == MR_OK && !strcmp(key, "data.eval.source") && strcmp(value, "none")) {
-        snprintf(a, sizeof a, "data.train.source=%s", value);
+        if (snprintf(a, sizeof a, "data.train.source=%s", value) >= (int)sizeof a) return MR_ERR_INVALID;
         st = mr_experiment_set(e, a);
     }
     return st;
@@ -316,8 +318,17 @@ static int candidates(const mr_experiment *e, const field *f, char out[][512], i
 
 /* An experiment where f applies: the first value of its selector under which it does (and the
  * config checks), else the first under which it applies at all, else the base. */
+static mr_experiment *base_for(const field *f) {
+    mr_experiment *e = base_experiment();
+    if (!strncmp(f->path, "train.early_stop.", 17)) { /* early stopping counts evaluations */
+        e->data.eval.source = MR_SRC_IDX;
+        e->train.eval_every = 100;
+    }
+    return e;
+}
+
 static mr_experiment *where_applies(const field *f) {
-    mr_experiment *e = base_experiment(), *fallback = NULL;
+    mr_experiment *e = base_for(f), *fallback = NULL;
     const char *sel = mr_cfg_selector_of(f);
     char why[160];
     if (!sel || !strcmp(sel, f->path)) return e;
@@ -330,7 +341,7 @@ static mr_experiment *where_applies(const field *f) {
         for (; sf->names[nv] && nv < 16; nv++) snprintf(vals[nv], sizeof vals[nv], "%s", sf->names[nv]);
     else nv = candidates(e, sf, vals, 16);
     for (int j = 0; j < nv; j++) {
-        mr_experiment *t = base_experiment();
+        mr_experiment *t = base_for(f);
         mr_status st = set_kv(t, sel, vals[j]);
         if (st != MR_OK || mr_cfg_unused(t, f, why, sizeof why)) {
             free(t);
@@ -390,7 +401,8 @@ static void test_every_key(void **state) {
                     print_error("%s=%s: rejected without a message naming the key: '%s'\n", f->path, values[v], msg);
                     failures++;
                 }
-                snprintf(errors + strlen(errors), sizeof errors - strlen(errors), "\n    %s=%s: %s", f->path, values[v], msg);
+                const size_t used = strlen(errors);
+                if (snprintf(errors + used, sizeof errors - used, "\n    %s=%s: %s", f->path, values[v], msg) < 0) failures++;
                 rejected++;
                 continue;
             }

@@ -238,8 +238,34 @@ static void test_replicas_shard_optimizer(void **state) {
     assert_true(d < 1e-5);
 }
 
+/* Evaluation over 1, 2 and 3 replicas covers each of the 10000 test images exactly once: each
+ * replica takes every world-th image and its own last, partial batch (3334, 3333 and 3333 images
+ * in batches of 16 for 3 replicas), and the sums are added up. One step at a negligible learning
+ * rate, so every replica count evaluates the same parameters up to float rounding. */
+static void test_replicas_eval_every_sample(void **state) {
+    (void)state;
+    if (!th_have_fashion_mnist()) skip();
+    double acc1 = 0, loss1 = 0;
+    for (int n = 1; n <= 3; n++) {
+        mr_train_cfg c = small_mlp(NULL, n);
+        c.run_dir = c.ckpt_dir = NULL;
+        c.steps = 1;
+        c.batch = 48;
+        c.optim.lr = 1e-12;
+        mr_train_result r;
+        MR_ASSERT_OK(mr_train(&c, &r));
+        print_message("  %d replica(s): %lld samples evaluated, accuracy %.4f, loss %.9f\n", n,
+                      (long long)r.eval_samples, r.eval_accuracy, r.eval_loss);
+        assert_int_equal(r.eval_samples, 10000);
+        if (n == 1) acc1 = r.eval_accuracy, loss1 = r.eval_loss;
+        assert_true(fabs(r.eval_accuracy - acc1) <= 1e-4 + 1e-12); /* one image at most */
+        assert_true(fabs(r.eval_loss - loss1) < 1e-6);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_replicas_match_one), cmocka_unit_test(test_replicas_resume),
-                                       cmocka_unit_test(test_replicas_shard_optimizer), cmocka_unit_test(test_replicas_sync_batchnorm)};
+                                       cmocka_unit_test(test_replicas_shard_optimizer), cmocka_unit_test(test_replicas_sync_batchnorm),
+                                       cmocka_unit_test(test_replicas_eval_every_sample)};
     return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);
 }
