@@ -6,8 +6,9 @@
 # buckets), per-op spans sit inside forward and backward, and every collective starts on both
 # ranks before it ends on either: the clocks are aligned within the error the ping-pong measured
 # (printed). Again with MIRROR_TRACE_CLOCK=measured, so the measured offset (not the shared clock's
-# 0) is applied. Then the checker itself must reject doctored copies: rank 1 shifted by 1 ms, a span
-# that breaks nesting, an all-reduce without its bytes, rank 1 missing, a truncated file.
+# 0) is applied, and with 2 local replicas per rank (4 replicas, hierarchical). Then the checker
+# itself must reject doctored copies: rank 1's clock 1 ms off (one way or the other), a span that
+# breaks nesting, an all-reduce without its bytes, rank 1 missing, a truncated file.
 # Usage: tests/mpi/trace.sh MPIEXEC path/to/mirror
 set -uo pipefail
 mpiexec=${1:?usage: trace.sh MPIEXEC path/to/mirror}
@@ -77,6 +78,16 @@ sys.exit(not (o['clock']['applied'].startswith('measured') and p['clock_shift_ns
 check "...and the trace still checks (aligned within the stated error)" \
       "python3 '$checker' $tmp/meas/trace.json --replicas 2 --names rank --steps 3 6 --overlap --ops"
 
+# 2b. ranks x local replicas (the hierarchical backend: 4 replicas, no overlap); the clocks are
+# measured between the processes' first replicas over the job's communicator
+mpirun -np 2 "$mirror" "${args[@]}" --set "checkpoint.dir=$tmp/hier" --set 'distribute.devices=[cpu:0, cpu:1]' \
+    >"$tmp/hier.log" 2>&1
+rc=$?
+check "-np 2 x 2 local replicas with log.trace exits 0 ($rc)" "[ $rc -eq 0 ] || { tail -5 $tmp/hier.log; false; }"
+grep 'trace: steps' "$tmp/hier.log"
+check "...and its trace of 4 replicas checks" \
+      "python3 '$checker' $tmp/hier/trace.json --replicas 4 --names replica --steps 3 6 --ops"
+
 # 3. the checker fails closed: doctored copies of the good trace are rejected
 doctor() { # $1: name, $2: python code changing the event list `ev` (and `d`)
     python3 - "$tmp/np2/trace.json" "$tmp/$1.json" <<PY
@@ -89,9 +100,15 @@ PY
 }
 rejects() { ! python3 "$checker" "$tmp/$1.json" --replicas 2 --names rank --steps 3 6 --overlap --ops >"$tmp/$1.out" 2>&1 &&
             grep -q "FAILED: .*$2" "$tmp/$1.out"; }
-doctor shifted 'for e in ev:
+# a clock 1 ms off: in every collective one rank arrives last, and its start lies microseconds
+# before the other's end, so a shift one way or the other must show (which way depends on who
+# waited for whom in this run)
+doctor later 'for e in ev:
     if e["pid"] == 1 and "ts" in e: e["ts"] += 1000.0'
-check "the checker rejects rank 1 shifted by 1 ms (clocks not aligned)" "rejects shifted 'collective'"
+doctor earlier 'for e in ev:  # rank 1 earlier: rank 0 later (no timestamp goes below 0)
+    if e["pid"] == 0 and "ts" in e: e["ts"] += 1000.0'
+check "the checker rejects rank 1's clock shifted by 1 ms, later or earlier (clocks not aligned)" \
+      "rejects later 'collective' || rejects earlier 'collective'"
 doctor nesting 'b = next(e for e in ev if e.get("name") == "backward" and e["pid"] == 0)
 b["dur"] += 1.0e6'
 check "the checker rejects a backward span that overruns its step" "rejects nesting 'spans do not nest'"
