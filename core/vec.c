@@ -1,6 +1,9 @@
 /* Vector kernels and graph capture (see vec.h): the CPU loops, and dispatch to core/cuda/vec.cu. */
 #include "core/vec.h"
 #include "core/vec_impl.h"
+#include "core/math/seg_math.h"
+
+#include <math.h>
 
 
 static mr_status check(const char *what, const void *y, int64_t n) {
@@ -45,12 +48,23 @@ mr_status mr_vec_scale(mr_device d, mr_stream *s, float *y, float a, int64_t n) 
 
 enum { BLOCK = 8192, GROUP = 512 };
 
-mr_status mr_vec_sumsq(mr_device d, mr_stream *s, const float *x, int64_t n, double *d_scratch, double *out) {
-    mr_status st = check("vec_sumsq", x, n);
-    if (st != MR_OK) return st;
-    if (d.kind == MR_DEVICE_CUDA) CUDA_OR(mr_cuda_vec_sumsq(d.index, s, x, n, d_scratch, out));
+/* The segments (seg, nseg) of x[lo, hi) that hold an inf or a NaN get bad[k] = 1: only for a block
+ * whose sum is not finite, so one lookup, then a walk. */
+static void mark_bad(const float *x, int64_t lo, int64_t hi, const int64_t *seg, int32_t nseg, int32_t *bad) {
+    int32_t k = mr_seg_of(seg, nseg, lo);
+    for (int64_t i = lo; i < hi; i++) {
+        while (k + 1 < nseg && seg[k + 1] <= i) k++;
+        if (!isfinite(x[i])) bad[k] = 1;
+    }
+}
+
+/* mr_vec_sumsq on the CPU, and with seg the per-segment check of mr_vec_sumsq_seg. */
+static void sumsq_cpu(const float *x, int64_t n, const int64_t *seg, int32_t nseg, int32_t *bad, double *out) {
     /* per-block sums in double, added in block order: the same bits for any thread count; blocks
-     * go in groups so the partials fit on the stack (no allocation, no failure) */
+     * go in groups so the partials fit on the stack (no allocation, no failure). A block's sum is
+     * not finite exactly when one of its elements is not (squares of floats cannot overflow a
+     * double), so only those blocks are walked for their segments, after the parallel loop (no
+     * two threads write bad). */
     const int64_t nb = (n + BLOCK - 1) / BLOCK;
     double total = 0.0;
     for (int64_t g0 = 0; g0 < nb; g0 += GROUP) {
@@ -63,9 +77,37 @@ mr_status mr_vec_sumsq(mr_device d, mr_stream *s, const float *x, int64_t n, dou
             for (int64_t i = lo; i < hi; i++) sum += (double)x[i] * x[i];
             part[b] = sum;
         }
-        for (int64_t b = 0; b < ng; b++) total += part[b];
+        for (int64_t b = 0; b < ng; b++) {
+            total += part[b];
+            if (seg && !isfinite(part[b])) {
+                const int64_t lo = (g0 + b) * BLOCK, hi = lo + BLOCK < n ? lo + BLOCK : n;
+                mark_bad(x, lo, hi, seg, nseg, bad);
+            }
+        }
     }
     *out = total;
+}
+
+mr_status mr_vec_sumsq(mr_device d, mr_stream *s, const float *x, int64_t n, double *d_scratch, double *out) {
+    mr_status st = check("vec_sumsq", x, n);
+    if (st != MR_OK) return st;
+    if (d.kind == MR_DEVICE_CUDA) CUDA_OR(mr_cuda_vec_sumsq(d.index, s, x, n, NULL, 0, NULL, d_scratch, out));
+    sumsq_cpu(x, n, NULL, 0, NULL, out);
+    return MR_OK;
+}
+
+mr_status mr_vec_sumsq_seg(mr_device d, mr_stream *s, const float *x, int64_t n, const int64_t *seg, int32_t nseg,
+                           int32_t *bad, double *d_scratch, double *out) {
+    mr_status st = check("vec_sumsq_seg", x, n);
+    if (st != MR_OK) return st;
+    if (nseg < 1 || !seg || !bad)
+        return mr_set_error(MR_ERR_INVALID, "vec_sumsq_seg: %d segments (starts %p, flags %p)", (int)nseg,
+                            (const void *)seg, (void *)bad);
+    if (d.kind == MR_DEVICE_CUDA) CUDA_OR(mr_cuda_vec_sumsq(d.index, s, x, n, seg, nseg, bad, d_scratch, out));
+    if (seg[0] != 0)
+        return mr_set_error(MR_ERR_INVALID, "vec_sumsq_seg: the first segment starts at %lld, not 0",
+                            (long long)seg[0]);
+    sumsq_cpu(x, n, seg, nseg, bad, out);
     return MR_OK;
 }
 

@@ -1,12 +1,12 @@
 /* Vector kernels over one device's f32 buffers, and CUDA graph capture: the trainer's per-step
- * work outside the compiled graph (gradient accumulation, unscaling, clipping, the finite check)
- * and the replay of a fixed-shape step, for any backend.
+ * work outside the compiled graph (gradient accumulation, unscaling, clipping, the finite check
+ * per parameter) and the replay of a fixed-shape step, for any backend.
  *
  * Buffers are memory of device d (host memory for the CPU). On the CPU every call is synchronous
  * and gives exactly the bits of the host loops in optim/optim.c (same operation order), so the
  * trainer's device path can be checked against its host path on a machine without a GPU. On CUDA
- * the calls are asynchronous on stream s (NULL: the device's default stream) except mr_vec_sumsq,
- * which returns a host value and therefore waits for s.
+ * the calls are asynchronous on stream s (NULL: the device's default stream) except mr_vec_sumsq and
+ * mr_vec_sumsq_seg, which return a host value and therefore wait for s.
  *
  * C11 and C++ clean; includes no CUDA header. Thread safety: calls on distinct buffers are
  * independent. Errors: MR_ERR_INVALID (n < 0, a NULL buffer with n > 0), MR_ERR_NOT_FOUND (the
@@ -34,6 +34,18 @@ mr_status mr_vec_scale(mr_device d, mr_stream *s, float *y, float a, int64_t n) 
  * the bits are the same on every run. d_scratch: MR_VEC_SCRATCH doubles of device memory (unused on
  * the CPU; may be NULL there). Waits for s. */
 mr_status mr_vec_sumsq(mr_device d, mr_stream *s, const float *x, int64_t n, double *d_scratch, double *out) MR_WUR;
+/* mr_vec_sumsq (the same *out, bit for bit) with a finite check per segment in the same pass: the
+ * trainer's finite check, which then knows which parameters' gradients were not finite. x is cut
+ * into nseg >= 1 segments: seg (nseg int64, d's memory) holds their first elements, ascending,
+ * seg[0] = 0; element i is in the last segment k with seg[k] <= i (core/math/seg_math.h), so a
+ * start repeated by the next segment's makes an empty segment. bad (nseg int32, d's memory): for
+ * every segment that holds an inf or a NaN, bad[k] is set to 1; nothing else is written, so an
+ * all-finite pass stores nothing and costs what mr_vec_sumsq costs (the segments are looked up
+ * only when a block's or a thread's partial sum is not finite). The caller zeroes bad once and
+ * again after it reads a non-finite result. The CPU checks seg[0] == 0; on CUDA seg is not read
+ * on the host, so a bad layout is the caller's bug. Waits for s. */
+mr_status mr_vec_sumsq_seg(mr_device d, mr_stream *s, const float *x, int64_t n, const int64_t *seg, int32_t nseg,
+                           int32_t *bad, double *d_scratch, double *out) MR_WUR;
 
 /* ---- CUDA graphs ----
  * A captured sequence of asynchronous work on one stream, replayed with one launch (removes the

@@ -10,7 +10,9 @@ extern "C" {
 
 mr_status mr_cuda_vec_axpby(int device, mr_stream *s, float *y, float a, const float *x, float b, int64_t n);
 mr_status mr_cuda_vec_scale(int device, mr_stream *s, float *y, float a, int64_t n);
-mr_status mr_cuda_vec_sumsq(int device, mr_stream *s, const float *x, int64_t n, double *d_scratch, double *out);
+/* seg, bad: mr_vec_sumsq_seg's (nseg >= 1), or NULL and 0 for mr_vec_sumsq */
+mr_status mr_cuda_vec_sumsq(int device, mr_stream *s, const float *x, int64_t n, const int64_t *seg, int32_t nseg,
+                            int32_t *bad, double *d_scratch, double *out);
 mr_status mr_cuda_capture_begin(int device, mr_stream *s);
 mr_status mr_cuda_capture_end(int device, mr_stream *s, mr_capture **out);
 mr_status mr_cuda_capture_launch(mr_capture *c, mr_stream *s);

@@ -196,6 +196,11 @@ mr_status mr_ddp_sumsq(mr_ddp *d, double *sumsq) {
     return mr_comm_allreduce(d->comm, sumsq, 1, MR_F64, MR_REDUCE_SUM);
 }
 
+mr_status mr_ddp_sum_counts(mr_ddp *d, int64_t *counts, int64_t n) {
+    if (d->mode != DDP_SHARD) return MR_OK;
+    return mr_comm_allreduce(d->comm, counts, n, MR_I64, MR_REDUCE_SUM);
+}
+
 mr_status mr_ddp_gather_shards(mr_ddp *d, const float *shard, float *full) {
     MR_ASSERT(d->mode == DDP_SHARD);
     float *mine = d->zbuf + d->sh.off;

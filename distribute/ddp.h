@@ -11,7 +11,8 @@
  *   mr_ddp_finish    agrees the caller's host values (the loss, a stop request) and averages the
  *                    gradient over the replicas: waits for the buckets, or all-reduces the
  *                    buffer, or (ZeRO-1) reduce-scatters it so this replica holds its shard;
- *   mr_ddp_all / mr_ddp_sumsq  agree the finite check and the clipping norm over the shards;
+ *   mr_ddp_all / mr_ddp_sumsq  agree the finite check and the clipping norm over the shards
+ *                    (mr_ddp_sum_counts: which parameters were not finite, when it failed);
  *   mr_ddp_gather    all-gathers the updated parameter shards (ZeRO-1).
  * The modes (chosen by mr_ddp_new from the configuration, see mr_ddp_cfg):
  *   single    no communicator: nothing moves; finish hands back the whole buffer;
@@ -112,6 +113,10 @@ mr_status mr_ddp_all(mr_ddp *d, int *flag) MR_WUR;
 /* *sumsq (this replica's sum of squares of its part) becomes the sum over the shards (the
  * global norm's square); a no-op when every replica holds the whole gradient. */
 mr_status mr_ddp_sumsq(mr_ddp *d, double *sumsq) MR_WUR;
+/* counts (n int64, host) become their sums over the shards (which parameters some shard found
+ * not finite, after a failed mr_ddp_all: one all-reduce); a no-op when every replica holds the
+ * whole gradient. */
+mr_status mr_ddp_sum_counts(mr_ddp *d, int64_t *counts, int64_t n) MR_WUR;
 /* ZeRO-1: after the update, every replica's shard of params (n floats, host) to every replica.
  * A no-op in the other modes. */
 mr_status mr_ddp_gather(mr_ddp *d, float *params) MR_WUR;

@@ -368,6 +368,7 @@ static volatile sig_atomic_t g_stop_signal;
 void mr_train_request_stop(int signo) { g_stop_signal = signo > 0 ? signo : SIGTERM; }
 
 static void trainer_free(trainer *t) {
+    tr_step_free(t);
     mr_ddp_free(t->ddp);
     tr_dev_free(t);
     pipeline_free(&t->train);
@@ -641,6 +642,7 @@ static mr_status start_run(trainer *t, mr_step *s, mr_train_result *res, char *r
     MR_TRY(tr_dev_push(t)); /* what was loaded or broadcast */
     MR_TRY(tr_dev_comm(t));
     MR_TRY(tr_ddp_new(t, s));
+    MR_TRY(tr_step_init(t, s)); /* the finite check per parameter */
 fail:
     return st;
 }

@@ -110,10 +110,13 @@ typedef struct mr_train_cfg {
     int trace_ops;
     /* Tests: after every completed step (skipped ones too) on_step is called with the state; at
      * 1-based step inject_nonfinite_at (0: never) one gradient is set to +inf after the backward,
-     * as an f16 overflow would. */
+     * as an f16 overflow would: the buffer's middle element, or with inject_nonfinite_param
+     * (registry names separated by commas, e.g. "fc1.bias,fc2.weight") the middle element of each
+     * named parameter's gradient (an unknown name: MR_ERR_INVALID naming it). */
     void (*on_step)(void *ctx, const struct mr_train_state *state);
     void *on_step_ctx;
     int64_t inject_nonfinite_at;
+    const char *inject_nonfinite_param;
 } mr_train_cfg;
 
 /* What on_step sees on replica 0 (borrowed for the call): the registry (parameters by name), the optimizer
@@ -155,7 +158,10 @@ mr_status mr_mkdirs(const char *dir) MR_WUR;
  * to a run that never stopped: parameters, optimizer state, loss scaler, data order, dropout
  * masks and the metrics all continue exactly). MR_ERR_INVALID (a bad config, naming the field),
  * MR_ERR_NOT_FOUND / IO / FORMAT (data, checkpoints: naming the file and the parameter),
- * MR_ERR_NUMERIC "non-finite loss at step N" when training diverges; MR_ERR_INVALID when resume is
+ * MR_ERR_NUMERIC when training diverges: "non-finite loss (nan) at step N" without loss scaling,
+ * "step N: non-finite gradients in NAME (first of K in backward order) ... with the loss scale at its
+ * floor" when the loss scaler can back off no further (README.md "Overflow reports"); a step that
+ * overflows above the floor is skipped and logged. MR_ERR_INVALID when resume is
  * "never" and ckpt_dir already holds checkpoints (a run directory belongs to one run). */
 mr_status mr_train(const mr_train_cfg *cfg, mr_train_result *res) MR_WUR;
 

@@ -113,6 +113,18 @@ typedef struct trainer {
     double *d_scratch;
     mr_optim *wopt;
     tr_device dv;           /* where the step works: the device path (dv.on) or the registry */
+    /* The finite check per parameter (tr_step_init): the part this replica checks (the whole
+     * gradient, or its ZeRO-1 shard: [seg_off, seg_off + seg_n) of the buffer) cut at the
+     * parameters' starts, d_seg (n_seg starts relative to the part) and d_bad (n_seg flags, zero
+     * between steps) in gdev's memory (mr_vec_sumsq_seg); bwd_order: the registry indices in the
+     * order the backward finishes their gradients; h_flag, h_count: host copies of the flags
+     * (n_seg each), read only when a step was not finite. n_seg 0: no parameters. */
+    int32_t n_seg;
+    int64_t seg_off, seg_n;
+    int64_t *d_seg;
+    int32_t *d_bad;
+    int32_t *bwd_order, *h_flag;
+    int64_t *h_count;
     tr_trace trace;         /* the trace window (log.trace) */
 } trainer;
 
@@ -172,6 +184,11 @@ mr_status tr_zero_init(trainer *t) MR_WUR;
 mr_status tr_ddp_new(trainer *t, const mr_step *s) MR_WUR;
 
 /* ---- one training step, top to bottom (train_step.c) ---- */
+/* The finite check per parameter for the steps of s's layout (after tr_ddp_new: the shard is
+ * known): the parameters' backward order from s's plan (mr_plan_ready_after: the order their
+ * gradients become final; parameters no kernel writes go last), the segments and flags on gdev. */
+mr_status tr_step_init(trainer *t, const mr_step *s) MR_WUR;
+void tr_step_free(trainer *t); /* a trainer without tr_step_init: a no-op */
 typedef struct tr_times {
     double data, fwd, bwd, comm, opt; /* seconds summed over the log interval */
 } tr_times;
@@ -183,8 +200,13 @@ mr_status tr_step_forward_backward(trainer *t, mr_step *s, tr_times *tm, double 
  * stop request agreed (*loss, *stop in and out). */
 mr_status tr_step_exchange(trainer *t, float *g, double *loss, int *stop, mr_ddp_part *part, tr_times *tm) MR_WUR;
 /* The loss scaler's verdict (GradScaler: a non-finite gradient or loss on any replica skips the
- * update on all and halves the scale; the gradient is unscaled when applied); without scaling a
- * non-finite loss is MR_ERR_NUMERIC. */
+ * update on all and halves the scale; the gradient is unscaled when applied); one pass over the
+ * part checks every parameter (mr_vec_sumsq_seg). A skipped step is logged naming the first
+ * parameter in backward order whose gradient was not finite, their count, whether the loss was
+ * already not finite, and the scale's change; with the scale already at its floor the step is
+ * MR_ERR_NUMERIC with that report and a HINT instead. Without scaling a non-finite loss is
+ * MR_ERR_NUMERIC naming the first non-finite gradient too. Collective over the replicas (the
+ * flags of ZeRO-1 shards are summed when a step was not finite). */
 mr_status tr_step_check(trainer *t, double loss, const mr_ddp_part *part, int *apply) MR_WUR;
 /* Clipping (the global norm over every replica's part) and the optimizer step at lr, then the
  * parameter shards to every replica (ZeRO-1). */

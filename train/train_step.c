@@ -3,15 +3,19 @@
  *      the mode allows (tr_step_forward_backward);
  *   2. the replicas agree: gradients averaged, the loss and any stop request agreed
  *      (tr_step_exchange; distribute/ddp.h);
- *   3. the finite check and the loss scaler (tr_step_check);
+ *   3. the finite check and the loss scaler (tr_step_check): one pass over the gradient flags each
+ *      parameter whose gradient is not finite (mr_vec_sumsq_seg), so a skipped step or a divergence
+ *      names the first such parameter in backward order, which is where the overflow started;
  *   4. unscale (3.), clip, update, and ZeRO-1's all-gather (tr_step_update).
  * The host path and the device path run the same code: t->gdev is the CPU on the host path,
  * where the vector kernels of core/vec.h give the host loops' bits (optim/optim.c), and the
  * step's buffers (t->params, t->grads, t->acc, t->wopt) are the registry's or the device's. */
 #include "train/train_impl.h"
+#include "core/log.h"
 #include "core/vec.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -22,6 +26,163 @@ double tr_now_s(void) {
 }
 
 static mr_status run_range(void *plan, int32_t first, int32_t last) { return mr_plan_run_range(plan, first, last); }
+
+/* ---- the finite check per parameter --------------------------------------------------------- */
+
+typedef struct bwd_key {
+    int32_t ready, index;
+} bwd_key;
+
+/* Backward order: earlier final write first; parameters no kernel writes (ready 0) last; ties (one
+ * kernel finishing several) in registry order. */
+static int cmp_bwd(const void *a, const void *b) {
+    const bwd_key *x = a, *y = b;
+    if ((x->ready == 0) != (y->ready == 0)) return x->ready == 0 ? 1 : -1;
+    if (x->ready != y->ready) return x->ready < y->ready ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+mr_status tr_step_init(trainer *t, const mr_step *s) {
+    mr_status st = MR_OK;
+    const int32_t np = mr_params_count(t->ps);
+    bwd_key *keys = NULL;
+    int64_t *h_seg = NULL;
+    if (np == 0) return MR_OK;
+    keys = malloc(sizeof *keys * (size_t)np);
+    h_seg = malloc(sizeof *h_seg * (size_t)np);
+    t->bwd_order = malloc(sizeof *t->bwd_order * (size_t)np);
+    t->h_flag = malloc(sizeof *t->h_flag * (size_t)np);
+    t->h_count = malloc(sizeof *t->h_count * (size_t)np);
+    MR_CHECK(keys && h_seg && t->bwd_order && t->h_flag && t->h_count, MR_ERR_NOMEM,
+             "trainer: out of host memory for the finite check of %d parameters", (int)np);
+    for (int32_t i = 0; i < np; i++) {
+        const int64_t off = mr_params_offset(t->ps, i);
+        keys[i].ready = mr_plan_ready_after(s->plan, t->grads + off, sizeof(float) * (size_t)mr_params_numel(t->ps, i));
+        keys[i].index = i;
+    }
+    qsort(keys, (size_t)np, sizeof *keys, cmp_bwd);
+    for (int32_t i = 0; i < np; i++) t->bwd_order[i] = keys[i].index;
+    /* the part checked: ZeRO-1's shard or the whole buffer; parameter i's segment starts where it
+     * does, clamped into the part (those wholly before or after it get empty segments), the
+     * padding after a parameter is its own */
+    t->seg_off = t->zero ? t->zsh.off : 0;
+    t->seg_n = t->zero ? t->zsh.len : t->n;
+    for (int32_t i = 0; i < np; i++) {
+        int64_t a = i == 0 ? 0 : mr_params_offset(t->ps, i) - t->seg_off;
+        h_seg[i] = a < 0 ? 0 : a > t->seg_n ? t->seg_n : a;
+    }
+    const mr_copy_kind h2d = t->gdev.kind == MR_DEVICE_CPU ? MR_COPY_H2H : MR_COPY_H2D;
+    MR_TRY(t->gbe->alloc(t->gdev.index, sizeof *t->d_seg * (size_t)np, (void **)&t->d_seg));
+    MR_TRY(t->gbe->alloc(t->gdev.index, sizeof *t->d_bad * (size_t)np, (void **)&t->d_bad));
+    MR_TRY(t->gbe->copy(t->gdev.index, t->d_seg, h_seg, sizeof *h_seg * (size_t)np, h2d, t->stream));
+    MR_TRY(t->gbe->memset_zero(t->gdev.index, t->d_bad, sizeof *t->d_bad * (size_t)np, t->stream));
+    MR_TRY(t->gbe->stream_sync(t->stream)); /* h_seg is freed below */
+    t->n_seg = np;
+fail:
+    free(keys);
+    free(h_seg);
+    return st;
+}
+
+void tr_step_free(trainer *t) {
+    if (t->gbe) {
+        t->gbe->free(t->gdev.index, t->d_seg);
+        t->gbe->free(t->gdev.index, t->d_bad);
+    }
+    free(t->bwd_order);
+    free(t->h_flag);
+    free(t->h_count);
+    t->d_seg = NULL, t->d_bad = NULL, t->bwd_order = NULL, t->h_flag = NULL, t->h_count = NULL;
+    t->n_seg = 0;
+}
+
+/* The finite check of this replica's part in one pass: *finite is 1 when every gradient element is
+ * finite (this replica's verdict; the flags of the parameters that are not stay in d_bad). */
+static mr_status grads_check(trainer *t, const mr_ddp_part *part, int *finite) {
+    mr_status st = MR_OK;
+    double sumsq = 0;
+    *finite = 0;
+    if (t->n_seg == 0) {
+        MR_TRY(mr_vec_sumsq(t->gdev, t->stream, part->g, part->n, t->d_scratch, &sumsq));
+    } else {
+        MR_ASSERT(part->off == t->seg_off && part->n == t->seg_n); /* the layout tr_step_init cut */
+        MR_TRY(mr_vec_sumsq_seg(t->gdev, t->stream, part->g, part->n, t->d_seg, t->n_seg, t->d_bad, t->d_scratch,
+                                &sumsq));
+    }
+    *finite = isfinite(sumsq) != 0; /* inf or NaN exactly when a gradient is */
+fail:
+    return st;
+}
+
+/* After a check that was not finite on some replica: "non-finite gradients in NAME (first of K in
+ * backward order)" into buf, or "" when every gradient was finite (the loss alone was not). Reads
+ * the flags and zeroes them for the next check; with ZeRO-1 the shards' flags are summed (one
+ * all-reduce), so every replica calls it at the same step and gets the same words. */
+static mr_status grads_report(trainer *t, char *buf, size_t cap) {
+    mr_status st = MR_OK;
+    const int32_t np = t->n_seg;
+    buf[0] = '\0';
+    if (np == 0) return MR_OK;
+    const mr_copy_kind d2h = t->gdev.kind == MR_DEVICE_CPU ? MR_COPY_H2H : MR_COPY_D2H;
+    MR_TRY(t->gbe->copy(t->gdev.index, t->h_flag, t->d_bad, sizeof *t->h_flag * (size_t)np, d2h, t->stream));
+    MR_TRY(t->gbe->stream_sync(t->stream));
+    MR_TRY(t->gbe->memset_zero(t->gdev.index, t->d_bad, sizeof *t->d_bad * (size_t)np, t->stream));
+    for (int32_t i = 0; i < np; i++) t->h_count[i] = t->h_flag[i] != 0;
+    MR_TRY(mr_ddp_sum_counts(t->ddp, t->h_count, np)); /* the shards' flags (ZeRO-1) */
+    int32_t first = -1, bad = 0;
+    for (int32_t k = 0; k < np; k++)
+        if (t->h_count[t->bwd_order[k]] > 0) {
+            if (first < 0) first = t->bwd_order[k];
+            bad++;
+        }
+    if (first >= 0) {
+        char more[48];
+        if (bad > 1) snprintf(more, sizeof more, "first of %d in backward order", (int)bad);
+        else snprintf(more, sizeof more, "the only one");
+        snprintf(buf, cap, "non-finite gradients in %s (%s)", mr_params_name(t->ps, first), more);
+    }
+fail:
+    return st;
+}
+
+/* A non-finite value in words: "nan" whatever its sign bit (printf writes "-nan" for x86's default
+ * NaN), "inf" or "-inf". */
+static const char *nonfinite(double v) { return isnan(v) ? "nan" : v > 0 ? "inf" : "-inf"; }
+
+/* What went wrong at a step that was not finite, for the log and the errors. */
+static void describe(const char *grads, double loss, char *buf, size_t cap) {
+    if (grads[0] && isfinite(loss)) snprintf(buf, cap, "%s", grads);
+    else if (grads[0])
+        snprintf(buf, cap, "%s; the loss was already non-finite (%s: the forward overflowed)", grads, nonfinite(loss));
+    else
+        snprintf(buf, cap, "the loss was non-finite (%s: the forward overflowed) but every gradient was finite",
+                 nonfinite(loss));
+}
+
+/* The test hook (mr_train_cfg.inject_nonfinite_at): +inf into g (n floats on gdev), at the middle
+ * of the buffer or of each parameter named by inject_nonfinite_param. */
+static mr_status inject_nonfinite(trainer *t, float *g) {
+    mr_status st = MR_OK;
+    static const float inf = INFINITY;
+    const mr_copy_kind h2d = t->gdev.kind == MR_DEVICE_CPU ? MR_COPY_H2H : MR_COPY_H2D;
+    const char *p = t->c.inject_nonfinite_param;
+    if (!p || !*p) return t->gbe->copy(t->gdev.index, g + t->n / 2, &inf, sizeof inf, h2d, t->stream);
+    while (*p) {
+        const size_t len = strcspn(p, ",");
+        char name[256];
+        MR_CHECK(len > 0 && len < sizeof name, MR_ERR_INVALID, "inject_nonfinite_param: bad name list '%s'",
+                 t->c.inject_nonfinite_param);
+        memcpy(name, p, len);
+        name[len] = '\0';
+        const int32_t i = mr_params_find(t->ps, name);
+        MR_CHECK(i >= 0, MR_ERR_INVALID, "inject_nonfinite_param: the model has no parameter '%s'", name);
+        const int64_t at = mr_params_offset(t->ps, i) + mr_params_numel(t->ps, i) / 2;
+        MR_TRY(t->gbe->copy(t->gdev.index, g + at, &inf, sizeof inf, h2d, t->stream));
+        p += len + (p[len] == ',');
+    }
+fail:
+    return st;
+}
 
 mr_status tr_step_forward_backward(trainer *t, mr_step *s, tr_times *tm, double *loss, float **g) {
     mr_status st = MR_OK;
@@ -66,11 +227,8 @@ mr_status tr_step_forward_backward(trainer *t, mr_step *s, tr_times *tm, double 
     }
     *loss /= (double)c->accumulate;
     *g = t->acc ? t->acc : t->grads;
-    if (c->inject_nonfinite_at == t->step + 1) { /* on every replica, before the exchange */
-        static const float inf = INFINITY;
-        MR_TRY(t->gbe->copy(t->gdev.index, *g + t->n / 2, &inf, sizeof inf,
-                            t->gdev.kind == MR_DEVICE_CPU ? MR_COPY_H2H : MR_COPY_H2D, t->stream));
-    }
+    if (c->inject_nonfinite_at == t->step + 1) /* on every replica, before the exchange */
+        MR_TRY(inject_nonfinite(t, *g));
 fail:
     return st;
 }
@@ -96,29 +254,60 @@ fail:
 mr_status tr_step_check(trainer *t, double loss, const mr_ddp_part *part, int *apply) {
     mr_status st = MR_OK;
     const mr_train_cfg *c = &t->c;
-    const long long step = (long long)t->step;
+    const long long step = (long long)t->step + 1; /* 1-based, as the log and the checkpoints count */
+    char grads[512], what[768];
     *apply = 1;
     if (!t->scaling) {
-        MR_CHECK(isfinite(loss), MR_ERR_NUMERIC,
-                 "non-finite loss (%g) at step %lld; HINT: lower optimizer.lr or set optimizer.grad_clip%s", loss, step,
-                 t->gdev.kind == MR_DEVICE_CUDA
-                     ? " (on a GPU a label or token id outside [0, classes or vocab) also gives a NaN loss)"
-                     : "");
+        if (!isfinite(loss)) { /* the loss is agreed: every replica is here */
+            int finite = 0;
+            MR_TRY(grads_check(t, part, &finite));
+            MR_TRY(grads_report(t, grads, sizeof grads));
+            return mr_set_error(MR_ERR_NUMERIC,
+                                "non-finite loss (%s) at step %lld%s%s; HINT: lower optimizer.lr or set "
+                                "optimizer.grad_clip%s",
+                                nonfinite(loss), step, grads[0] ? ": " : "", grads,
+                                t->gdev.kind == MR_DEVICE_CUDA
+                                    ? " (on a GPU a label or token id outside [0, classes or vocab) also gives a NaN "
+                                      "loss)"
+                                    : "");
+        }
         if (c->inject_nonfinite_at == t->step + 1) *apply = 0; /* an injected inf without a scaler: drop it */
         return MR_OK;
     }
-    /* one pass: the sum of squares is inf or NaN exactly when a gradient is */
-    double sumsq = 0;
-    MR_TRY(mr_vec_sumsq(t->gdev, t->stream, part->g, part->n, t->d_scratch, &sumsq));
-    int finite = isfinite(loss) && isfinite(sumsq);
+    /* one pass: the sum of squares is inf or NaN exactly when a gradient is, and the parameters
+     * whose gradients are not finite are flagged on the way (no extra pass, nothing stored when
+     * all are finite) */
+    int finite = 0;
+    MR_TRY(grads_check(t, part, &finite));
+    finite = finite && isfinite(loss);
     MR_TRY(mr_ddp_all(t->ddp, &finite)); /* the shards' verdicts (ZeRO-1) */
     const double scale = t->scaler.scale;
-    *apply = mr_loss_scaler_update(&t->scaler, finite);
-    MR_CHECK(*apply || scale > t->scaler.min_scale || isfinite(loss), MR_ERR_NUMERIC,
-             "non-finite loss (%g) at step %lld with the loss scale at its floor (%g); HINT: lower optimizer.lr, set "
-             "optimizer.grad_clip, or use mixed_bfloat16",
-             loss, step, t->scaler.min_scale);
-    if (*apply) MR_TRY(mr_vec_scale(t->gdev, t->stream, part->g, (float)(1.0 / scale), part->n)); /* unscale */
+    if (finite) {
+        *apply = mr_loss_scaler_update(&t->scaler, 1);
+        MR_TRY(mr_vec_scale(t->gdev, t->stream, part->g, (float)(1.0 / scale), part->n)); /* unscale */
+        return MR_OK;
+    }
+    /* rare from here: which parameters, and whether the scaler can back off further */
+    MR_TRY(grads_report(t, grads, sizeof grads));
+    describe(grads, loss, what, sizeof what);
+    *apply = mr_loss_scaler_update(&t->scaler, 0);
+    if (scale <= t->scaler.min_scale) {
+        /* skipping for ever would train nothing; the update was never applied, so the parameters
+         * and the last checkpoint are the last good ones */
+        char clip[64], last[160];
+        if (c->grad_clip > 0) snprintf(clip, sizeof clip, "lower optimizer.grad_clip (%g)", c->grad_clip);
+        else snprintf(clip, sizeof clip, "set optimizer.grad_clip");
+        if (t->scaler.min_scale > 1)
+            snprintf(last, sizeof last, "%s, or lower precision.loss_scale.min (%g)", clip, t->scaler.min_scale);
+        else snprintf(last, sizeof last, "or %s", clip);
+        return mr_set_error(MR_ERR_NUMERIC,
+                            "step %lld: %s, with the loss scale already at its floor (precision.loss_scale.min %g), "
+                            "so training stops instead of skipping every step (this step was not applied); HINT: "
+                            "use precision.policy: mixed_bfloat16 (float32's range, no loss scaling), lower "
+                            "optimizer.lr (%g), %s",
+                            step, what, t->scaler.min_scale, c->optim.lr, last);
+    }
+    if (!c->quiet) mr_log_warn("step %lld skipped: %s, loss scale %g -> %g", step, what, scale, t->scaler.scale);
 fail:
     return st;
 }

@@ -4,10 +4,13 @@
  * mr_vec_sumsq: a fixed grid of blocks (it depends only on n), each thread summing a strided
  * slice in double, each block reducing its threads in a fixed tree into one partial, then one
  * block summing the partials in a fixed tree: the same bits on every run, whatever the timing.
+ * mr_vec_sumsq_seg is the same kernel, whose threads with a non-finite partial also flag the
+ * segments of their non-finite elements (the steady, all-finite step pays one test per thread).
  * Graph capture uses cudaStreamCaptureModeThreadLocal, so another thread's unrelated CUDA calls
  * (a data loader's pinned copies, another replica's stream) do not invalidate the capture. */
 #include "core/cuda/cuda_impl.h"
 #include "core/vec_impl.h"
+#include "core/math/seg_math.h"
 
 #include <stdlib.h>
 
@@ -49,14 +52,21 @@ static __device__ void block_sum(double *sh) {
     }
 }
 
-/* x is (n); part is (gridDim.x) */
-__global__ void mr_sumsq_kernel(const float *__restrict__ x, int64_t n, double *__restrict__ part) {
+/* x is (n); part is (gridDim.x); seg and bad (nseg) are mr_vec_sumsq_seg's, or NULL. A thread's
+ * sum of squares is not finite exactly when one of its elements is not, so only such a thread (none
+ * in an all-finite pass) walks its elements again for their segments; threads that find the same
+ * segment all store the same 1. */
+__global__ void mr_sumsq_kernel(const float *__restrict__ x, int64_t n, double *__restrict__ part,
+                                const int64_t *__restrict__ seg, int32_t nseg, int32_t *__restrict__ bad) {
     __shared__ double sh[SUMSQ_THREADS];
     double s = 0.0;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         double v = (double)x[i];
         s += v * v;
     }
+    if (bad && !isfinite(s))
+        for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+            if (!isfinite(x[i])) bad[mr_seg_of(seg, nseg, i)] = 1;
     sh[threadIdx.x] = s;
     block_sum(sh);
     if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
@@ -89,8 +99,8 @@ extern "C" mr_status mr_cuda_vec_scale(int device, mr_stream *s, float *y, float
     return mr_cuda_check_launch("vec_scale");
 }
 
-extern "C" mr_status mr_cuda_vec_sumsq(int device, mr_stream *s, const float *x, int64_t n, double *d_scratch,
-                                       double *out) {
+extern "C" mr_status mr_cuda_vec_sumsq(int device, mr_stream *s, const float *x, int64_t n, const int64_t *seg,
+                                       int32_t nseg, int32_t *bad, double *d_scratch, double *out) {
     mr_status st = MR_OK;
     double h = 0.0;
     *out = 0.0;
@@ -101,7 +111,7 @@ extern "C" mr_status mr_cuda_vec_sumsq(int device, mr_stream *s, const float *x,
         /* the grid depends on n only: at most MR_VEC_SCRATCH - 1 partials */
         int64_t want = (n + SUMSQ_THREADS - 1) / SUMSQ_THREADS;
         int np = (int)(want < MR_VEC_SCRATCH - 1 ? want : MR_VEC_SCRATCH - 1);
-        mr_sumsq_kernel<<<np, SUMSQ_THREADS, 0, raw(s)>>>(x, n, d_scratch);
+        mr_sumsq_kernel<<<np, SUMSQ_THREADS, 0, raw(s)>>>(x, n, d_scratch, seg, nseg, bad);
         MR_TRY(mr_cuda_check_launch("vec_sumsq"));
         mr_sumsq_final_kernel<<<1, SUMSQ_THREADS, 0, raw(s)>>>(d_scratch, np);
         MR_TRY(mr_cuda_check_launch("vec_sumsq"));

@@ -2,7 +2,9 @@
 # End to end through build/mirror: `mirror doctor` passes its self-check (and, on a machine without a
 # GPU, says so), a short training run learns and writes its files, rerunning it says it is at its
 # last step (exit 0), resume: never into its directory exits 2, a warmup longer than the run warns,
-# a diverging run exits 1, a bad config exits 2 naming the key with a HINT, a bad --set exits 2, a
+# a diverging run exits 1, a mixed_float16 run whose gradients overflow down to the loss scale's
+# floor logs each skipped step naming the layer, then exits 1 naming it with a HINT and saves nothing
+# of that step, a bad config exits 2 naming the key with a HINT, a bad --set exits 2, a
 # missing data file exits 2, a small sweep writes results.csv (a column per swept key) and skips
 # finished trials when run again, but reruns (after moving aside) those whose configuration changed.
 # Usage: tests/e2e/cli.sh path/to/mirror  (CTest passes the built binary)
@@ -74,6 +76,21 @@ out=$("$mirror" train "$tmp/diverge.yaml" 2>&1); rc=$?
 echo "$out" | tail -2
 check "a diverging run exits 1 ($rc) naming the step, with a HINT" \
       "[ $rc -eq 1 ] && echo \"\$out\" | grep -q 'non-finite loss (.*) at step' && echo \"\$out\" | grep -q '^HINT: '"
+# f16 overflow (README.md "Overflow reports"): a loss scale so large that fc2's backward GEMM
+# overflows f16 at every step; it halves 1e18 -> 5e17 -> 2.5e17 -> 1.25e17 (the floor) over three
+# skipped steps, and the fourth overflow stops the run
+out=$(timeout 300 "$mirror" train "$root/configs/cnn.yaml" --set precision.policy=mixed_float16 \
+      --set precision.loss_scale.initial=1e18 --set precision.loss_scale.min=1.25e17 --set train.steps=20 \
+      --set train.eval_every=0 --set checkpoint.every=1 --set "checkpoint.dir=$tmp/overflow" 2>&1); rc=$?
+echo "$out" | grep -E 'skipped|error|HINT'
+check "three steps skipped, each naming the layer where the overflow started" \
+      "[ \$(echo \"\$out\" | grep -cE '^mirror warn: step [123] skipped: non-finite gradients in fc2.weight \(first of [0-9]+ in backward order\), loss scale ') -eq 3 ] && echo \"\$out\" | grep -q 'step 3 skipped: .*, loss scale 2.5e+17 -> 1.25e+17\$'"
+check "at the floor the run exits 1 ($rc) naming the step, the layer and the floor" \
+      "[ $rc -eq 1 ] && echo \"\$out\" | grep -qE '^mirror: error: step 4: non-finite gradients in fc2.weight \(first of [0-9]+ in backward order\), with the loss scale already at its floor \(precision.loss_scale.min 1.25e\+17\)'"
+check "...with a HINT: mixed_bfloat16, optimizer.lr, optimizer.grad_clip" \
+      "echo \"\$out\" | grep -q '^HINT: use precision.policy: mixed_bfloat16 .*lower optimizer.lr (0.002), set optimizer.grad_clip'"
+check "...having saved the skipped steps' checkpoints and none of step 4" \
+      "[ -f '$tmp/overflow/ckpt-00000003.h5' ] && [ ! -e '$tmp/overflow/ckpt-00000004.h5' ]"
 
 # 2. configuration errors: exit 2, the key named, a HINT
 out=$("$mirror" train "$root/tests/configs/bad/typo_lr.yaml" 2>&1); rc=$?

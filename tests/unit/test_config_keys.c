@@ -44,6 +44,7 @@ static const struct {
     {"optim.dampening", "0"},     {"quiet", "0"},               {"loss_scaling", "0"},     {"loss_scaler.good_steps", "0"},
     {"loss_scaler.skipped", "0"}, {"config_text", "NULL"},      {"comm", "NULL"},          {"device_path", "0"},
     {"on_step", "NULL"},          {"on_step_ctx", "NULL"},      {"inject_nonfinite_at", "0"},
+    {"inject_nonfinite_param", "NULL"},
     {"run_dir", "\"runs/keys\""}, {"ckpt_dir", "\"runs/keys\""}, /* the run_dir argument */
 };
 
@@ -149,6 +150,7 @@ static void describe(const mr_train_cfg *c, text *t) {
     put_i64s(t, "gpus", gpus, 16);
     I("device_path", c->device_path), I("cuda_graphs", c->cuda_graphs), I("allow_tf32", c->allow_tf32);
     P("on_step", c->on_step), P("on_step_ctx", c->on_step_ctx), I("inject_nonfinite_at", c->inject_nonfinite_at);
+    put_str(t, "inject_nonfinite_param", c->inject_nonfinite_param);
 }
 #undef I
 #undef F

@@ -2,7 +2,8 @@
  * gradient of parameter 4 - k (the last layer first): the overlapped mode runs every kernel once
  * and in order, queues every bucket, and averages to the bits of one all-reduce after the
  * backward; the host values are agreed; ZeRO-1's mode hands each replica its shard of the average
- * and gathers the shards back; a single replica moves nothing. */
+ * and gathers the shards back, and sums the per-parameter counts of the shards (mr_ddp_sum_counts,
+ * which the other modes leave as they are); a single replica moves nothing. */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,6 +22,7 @@ typedef struct replica {
     int32_t ran[8]; /* the kernels run, in order */
     int n_ran;
     double agree[2];
+    int64_t counts[3]; /* mr_ddp_sum_counts of {rank, 1, 0} */
     mr_ddp_part part;
     mr_status st;
 } replica;
@@ -49,6 +51,10 @@ static void *run(void *arg) {
     r->agree[0] = 1.5 * (mr_comm_rank(r->comm) + 1);
     r->agree[1] = mr_comm_rank(r->comm) == 1;
     if (r->st == MR_OK) r->st = mr_ddp_finish(d, r->grads, r->agree, 2, &r->part);
+    r->counts[0] = mr_comm_rank(r->comm);
+    r->counts[1] = 1;
+    r->counts[2] = 0;
+    if (r->st == MR_OK) r->st = mr_ddp_sum_counts(d, r->counts, 3);
     if (r->st == MR_OK && r->mode == 2) {
         for (int64_t i = 0; i < r->part.n; i++) r->params[r->part.off + i] = r->part.g[i];
         r->st = mr_ddp_gather(d, r->params);
@@ -87,6 +93,9 @@ static void test_ddp_overlap_matches_allreduce(void **state) {
         assert_true(ov[r].part.g == ov[r].grads && ov[r].part.off == 0 && ov[r].part.n == N);
         assert_memory_equal(ov[r].grads, ar[r].grads, sizeof ov[r].grads);
         assert_memory_equal(ov[r].grads, ov[0].grads, sizeof ov[r].grads);
+        /* every replica holds the whole gradient: its own counts are the answer */
+        assert_true(ov[r].counts[0] == r && ov[r].counts[1] == 1 && ov[r].counts[2] == 0);
+        assert_true(ar[r].counts[0] == r && ar[r].counts[1] == 1 && ar[r].counts[2] == 0);
     }
     const float want = (1.0f * 0.1f + 2.0f * 0.1f) / 2.0f;
     assert_true(ov[0].grads[0] == want);
@@ -106,6 +115,7 @@ static void test_ddp_shard(void **state) {
         assert_int_equal(sh[r].part.n, r ? s1.len : s0.len);
         /* the gathered shards are the whole average */
         assert_memory_equal(sh[r].params, ar[r].grads, sizeof sh[r].params);
+        assert_true(sh[r].counts[0] == 1 && sh[r].counts[1] == 2 && sh[r].counts[2] == 0); /* summed over shards */
     }
     assert_int_equal(mr_ddp_shard_of(3, 4, 3).len, 0); /* more replicas than elements: an empty shard */
 }
@@ -129,6 +139,9 @@ static void test_ddp_single(void **state) {
     MR_ASSERT_OK(mr_ddp_all(d, &flag));
     MR_ASSERT_OK(mr_ddp_sumsq(d, &sq));
     assert_true(flag == 0 && sq == 2.0);
+    int64_t counts[2] = {3, 0};
+    MR_ASSERT_OK(mr_ddp_sum_counts(d, counts, 2));
+    assert_true(counts[0] == 3 && counts[1] == 0);
     assert_true(mr_ddp_busy_seconds(d) == 0.0);
     mr_ddp_free(d);
     mr_ddp_free(NULL);
