@@ -3,8 +3,9 @@
 # rank 1's spans and writes one <run_dir>/trace.json that tests/tools/check_trace.py accepts: it
 # parses as JSON, holds both ranks, the spans nest on every thread, every all-reduce on the
 # communication threads carries its bytes and at least one overlaps a backward span (small
-# buckets), per-op spans sit inside forward and backward, and every collective starts on both
-# ranks before it ends on either: the clocks are aligned within the error the ping-pong measured
+# buckets), per-op spans sit inside forward and backward, a checkpoint save (step 5) and its
+# broadcasts are there, and every collective that needs both ranks' parts starts on both ranks
+# before it ends on either: the clocks are aligned within the error the ping-pong measured
 # (printed). Again with MIRROR_TRACE_CLOCK=measured, so the measured offset (not the shared clock's
 # 0) is applied, and with 2 local replicas per rank (4 replicas, hierarchical). Then the checker
 # itself must reject doctored copies: rank 1's clock 1 ms off (one way or the other), a span that
@@ -51,7 +52,7 @@ data:
   eval: {source: idx, images: $fm/t10k-images-idx3-ubyte.gz, labels: $fm/t10k-labels-idx1-ubyte.gz}
 optimizer: {type: adamw, lr: 2.0e-3}
 train: {steps: 8, batch: 64, eval_every: 0, log_every: 4}
-checkpoint: {resume: never}
+checkpoint: {every: 5, resume: never}
 distribute: {bucket_mb: 0.2, timeout_s: 60}
 YAML
 args=(train "$tmp/exp.yaml" --set 'log.trace=[3,6]' --set log.trace_ops=true)
@@ -66,6 +67,9 @@ check "...saying how well the clocks were measured" \
       "grep -q 'trace: steps 3..6 of 2 replicas: .* clocks measured to within [0-9.]* us by ping-pong' $tmp/np2.log"
 check "...which check_trace.py accepts (JSON, both ranks, nesting, bytes, overlap, per-op spans, alignment)" \
       "python3 '$checker' $tmp/np2/trace.json --replicas 2 --names rank --steps 3 6 --overlap --ops"
+check "...with step 5's checkpoint save and its collectives on both ranks" \
+      "python3 -c \"import json,sys; ev=json.load(open('$tmp/np2/trace.json'))['traceEvents']; \
+sys.exit(not all(any(e.get('name') == n and e['pid'] == p for e in ev) for n in ('checkpoint_save', 'broadcast') for p in (0, 1)))\""
 
 # 2. the measured offset applied instead of the shared clock's 0
 mpirun -np 2 -x MIRROR_TRACE_CLOCK=measured "$mirror" "${args[@]}" --set "checkpoint.dir=$tmp/meas" >"$tmp/meas.log" 2>&1

@@ -16,8 +16,10 @@ Fails (exit 1, naming what failed) unless:
     them overlaps one of that process's backward spans (with --ops: one of the backward's kernels,
     so an all-reduce that merely starts after the last kernel does not count), and every flow end
     has its start;
-  - a collective with the same seq on every process (the same call of one communicator) starts on
-    each before it ends on every other, within the measured clock error: aligned clocks;
+  - a collective whose result needs every rank's part (allreduce, allgather, reduce_scatter,
+    barrier) with the same seq on every process (the same call of one communicator) starts on each
+    before it ends on every other, within the measured clock error: aligned clocks (a broadcast
+    may end at its root before a receiver entered it, so broadcasts are left out);
   - the clock measurements in otherData have an error bound >= 0, and where two processes share a
     kernel (one clock in truth) the measured offset lies within that bound;
   - nothing was dropped; (--ops) per-op spans (args node) lie inside forward or backward spans.
@@ -200,8 +202,10 @@ def main():
     else:
         print("ok: clocks: one process, one clock (nothing to measure)")
 
-    # aligned clocks: one collective (same seq of one communicator on every process) cannot end
-    # anywhere before it started everywhere
+    # aligned clocks: one collective that needs every rank's part (same seq of one communicator on
+    # every process) cannot end anywhere before it started everywhere. Not a broadcast: its root
+    # may finish (an eager send) before a receiver enters it.
+    needs_all = ("allreduce", "allgather", "reduce_scatter", "barrier")
     if len(pnames) > 1:
         worst, calls = None, 0
         for tname in ("training", "communication"):
@@ -209,7 +213,7 @@ def main():
             for pid in pnames:
                 for tid in thread(pid, tname):
                     for e in spans.get((pid, tid), []):
-                        if "seq" in e.get("args", {}) and "node" not in e.get("args", {}):
+                        if "seq" in e.get("args", {}) and e["name"] in needs_all:
                             by_seq.setdefault(e["args"]["seq"], {})[pid] = e
             for seq, per in by_seq.items():
                 if len(per) != len(pnames):
