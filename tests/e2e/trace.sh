@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # log.trace end to end in one process (README "Tracing steps"): `mirror train ... --set
-# log.trace=[3,5]` with two local replicas (distribute.devices=[cpu:0, cpu:1]) writes
+# log.trace=[3,6]` with two local replicas (distribute.devices=[cpu:0, cpu:1]) writes
 # <run_dir>/trace.json, which tests/tools/check_trace.py accepts: it parses as JSON, holds both
 # replicas, the spans nest on every thread, every all-reduce on the communication threads carries
 # its bytes and one overlaps a backward span (small buckets), per-op spans sit inside forward and
