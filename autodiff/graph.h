@@ -30,6 +30,7 @@ extern "C" {
 
 typedef struct mr_graph mr_graph;
 typedef struct mr_plan mr_plan;
+struct mr_trace_track; /* core/trace.h */
 
 /* A value of a graph: id 0 is "none". */
 typedef struct mr_val {
@@ -211,6 +212,12 @@ int64_t mr_plan_captures(const mr_plan *p);
  * counts. mr_plan_profile_report prints ms, calls and share per op, slowest first. */
 void mr_plan_set_profile(mr_plan *p, int on);
 void mr_plan_profile_report(const mr_plan *p, FILE *out);
+/* Records a span per kernel of later runs on trace track k (core/trace.h; NULL: none) while its
+ * window is open: the op's name, arg node (the kernel's index in the plan). Outside the window a
+ * run costs one check more; inside, two clock reads per kernel, and on a GPU each kernel is
+ * synchronised (as profiling does) and full runs are not replayed from a CUDA graph, so the span
+ * times the kernel, not its launch. Runs must be on the thread that writes k. */
+void mr_plan_set_trace(mr_plan *p, struct mr_trace_track *k);
 
 #ifdef __cplusplus
 }

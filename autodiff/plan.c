@@ -15,11 +15,11 @@
 #include "core/log.h"
 #include "core/vec.h"
 #include "core/backend_impl.h"
+#include "core/trace.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 enum { ALIGN = 64 };
 
@@ -62,6 +62,7 @@ struct mr_plan {
     char (*names)[MR_NAME_MAX];
     uint64_t *drop_base;    /* per node: the dropout offset it was built with (mr_plan_set_dropout_step) */
     int profile;            /* time every kernel (mr_plan_set_profile) */
+    mr_trace_track *trace;  /* a span per kernel inside its window (mr_plan_set_trace) */
     double op_seconds[MR_OP_COUNT];
     int64_t op_calls[MR_OP_COUNT];
 };
@@ -300,7 +301,8 @@ mr_status mr_plan_run_range(mr_plan *p, int32_t first, int32_t last) {
         mr_capture_free(p->capture);
         p->capture = NULL;
     }
-    if (p->graphs && !p->profile && first == 0 && last == p->nnodes) {
+    const int traced = p->trace && mr_trace_on(p->trace);
+    if (p->graphs && !p->profile && !traced && first == 0 && last == p->nnodes) {
         if (!p->capture) {
             mr_status st = mr_capture_begin(p->dev, p->stream);
             const int began = st == MR_OK;
@@ -323,7 +325,7 @@ mr_status mr_plan_run_range(mr_plan *p, int32_t first, int32_t last) {
         }
         if (p->capture) return mr_capture_launch(p->capture, p->stream);
     }
-    if (!p->profile) {
+    if (!p->profile && !traced) {
         for (int32_t n = first; n < last; n++) {
             mr_status st = p->fns[n](&p->args[n]);
             if (st != MR_OK) return st;
@@ -331,15 +333,17 @@ mr_status mr_plan_run_range(mr_plan *p, int32_t first, int32_t last) {
         return MR_OK;
     }
     for (int32_t n = first; n < last; n++) {
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        const int64_t t0 = mr_trace_now_ns();
         mr_status st = p->fns[n](&p->args[n]);
         if (st != MR_OK) return st;
         if (p->kind != MR_DEVICE_CPU) (void)p->be->stream_sync(p->stream); /* time the kernel, not its launch */
-        clock_gettime(CLOCK_MONOTONIC, &t1);
+        const int64_t t1 = mr_trace_now_ns();
         mr_op_id op = p->args[n].op;
-        p->op_seconds[op] += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-        p->op_calls[op]++;
+        if (p->profile) {
+            p->op_seconds[op] += 1e-9 * (double)(t1 - t0);
+            p->op_calls[op]++;
+        }
+        if (traced) mr_trace_span(p->trace, mr_op_get(op)->name, t0, t1, "node", n, NULL, 0);
     }
     return MR_OK;
 }
@@ -369,6 +373,8 @@ mr_status mr_plan_set_graphs(mr_plan *p, int on) {
 }
 
 int64_t mr_plan_captures(const mr_plan *p) { return p->captures; }
+
+void mr_plan_set_trace(mr_plan *p, mr_trace_track *k) { p->trace = k; }
 
 void mr_plan_set_profile(mr_plan *p, int on) {
     p->profile = on;

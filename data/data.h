@@ -64,6 +64,7 @@ size_t mr_data_spec_bytes(const mr_data_spec *spec, int c);
 
 typedef struct mr_dataset mr_dataset;
 typedef struct mr_data_iter mr_data_iter;
+struct mr_trace_track; /* core/trace.h */
 
 /* ---- sources -------------------------------------------------------------------------------- */
 
@@ -299,6 +300,12 @@ typedef struct mr_data_stats {
  *   next(): enough threads to stay 1.5x ahead of the consumer, and no more (the rest of the cores
  *   stay with the training step). A consumer that spends ~0 outside next() gets the max. */
 mr_status mr_data_iter_stats(const mr_data_iter *it, mr_data_stats *out) MR_WUR;
+
+/* Traces the prefetch thread (core/trace.h; NULL: not): a span "produce" per round it
+ * materializes (arg items: the elements or batches of the round) on track k, which only that
+ * thread writes (an iterator without prefetch records nothing). Thread-safe against the producer;
+ * k must outlive the iterator. */
+void mr_data_iter_set_trace(mr_data_iter *it, struct mr_trace_track *k);
 
 /* Stops the prefetch thread and frees the iterator (releases its dataset). NULL is a no-op. */
 void mr_data_iter_free(mr_data_iter *it);

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "data/chain_impl.h"
+#include "core/trace.h"
 
 typedef struct slot {
     item it;
@@ -75,6 +76,7 @@ struct mr_data_iter {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    mr_trace_track *trace; /* the prefetch thread's spans (mr_data_iter_set_trace); guarded by mu */
 };
 
 static double clock_s(void) {
@@ -103,8 +105,9 @@ static mr_status materialize(mr_data_iter *it, int t, const entry *e, void *cons
 }
 
 /* One round: waits for free slots, takes up to `chunk` items from the ahead chain and
- * materializes them into their slots. Returns 0 when stopped. */
-static int produce_round(mr_data_iter *it) {
+ * materializes them into their slots. Returns 0 when stopped. traced: the prefetch thread, whose
+ * rounds go on the iterator's trace track. */
+static int produce_round(mr_data_iter *it, int traced) {
     pthread_mutex_lock(&it->mu);
     int64_t free_slots;
     for (;;) {
@@ -114,6 +117,7 @@ static int produce_round(mr_data_iter *it) {
         pthread_cond_wait(&it->cv, &it->mu);
     }
     int stop = it->stop, p = it->p_cur;
+    mr_trace_track *trk = traced ? it->trace : NULL;
     int64_t tail = it->tail;
     int k = free_slots < it->chunk ? (int)free_slots : it->chunk, got = 0, eof = 0;
     if (!stop) /* claim k slots from the free stack for sequence numbers tail .. tail+k-1 */
@@ -121,6 +125,7 @@ static int produce_round(mr_data_iter *it) {
     pthread_mutex_unlock(&it->mu);
     if (stop) return 0;
     double t0 = clock_s();
+    const int64_t s0 = mr_trace_begin(trk);
     int64_t offs[65];
     offs[0] = 0;
     for (; got < k; got++) {
@@ -180,6 +185,7 @@ static int produce_round(mr_data_iter *it) {
     for (int j = 0; j < got; j++)
         if (it->ring[(tail + j) % it->nslots]->status != MR_OK) eof = 1;
     double dt = clock_s() - t0;
+    mr_trace_end1(trk, s0, "produce", "items", got);
     pthread_mutex_lock(&it->mu);
     /* slots claimed but not filled (the data ended) go back to the stack, last claimed first */
     for (int j = k - 1; j >= got; j--) it->freel[it->nfree++] = (int)(it->ring[(tail + j) % it->nslots] - it->slots);
@@ -199,7 +205,7 @@ static void *producer_main(void *arg) {
         pthread_mutex_lock(&it->mu);
         int done = it->stop || it->eof;
         pthread_mutex_unlock(&it->mu);
-        if (done || !produce_round(it)) break;
+        if (done || !produce_round(it, 1)) break;
     }
     return NULL;
 }
@@ -261,6 +267,13 @@ static void autotune(mr_data_iter *it, int waited) {
 }
 
 /* ---- public API ----------------------------------------------------------------------------- */
+
+void mr_data_iter_set_trace(mr_data_iter *it, mr_trace_track *k) {
+    if (!it) return;
+    pthread_mutex_lock(&it->mu);
+    it->trace = k;
+    pthread_mutex_unlock(&it->mu);
+}
 
 void mr_data_iter_free(mr_data_iter *it) {
     if (!it) return;
@@ -402,7 +415,7 @@ mr_status mr_data_iter_next(mr_data_iter *it, mr_data_elem *out, int *end) {
         while (it->head == it->tail && !it->eof) pthread_cond_wait(&it->cv, &it->mu);
         pthread_mutex_unlock(&it->mu);
     } else if (it->head == it->tail && !it->eof) {
-        produce_round(it);
+        produce_round(it, 0);
     }
     pthread_mutex_lock(&it->mu);
     int empty = it->head == it->tail;

@@ -6,6 +6,7 @@
  * move data and keep deadlines. A queue owns a private duplicate of its communicator, so its
  * collectives can never interleave with the caller's direct ones on the same handle. */
 #include "distribute/comm_impl.h"
+#include "core/trace.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -154,6 +155,14 @@ fail:
     return st;
 }
 
+/* The bytes a collective hands back on this rank (a trace span's "bytes"): the reduced or
+ * broadcast buffer, the gathered one, the scattered input. */
+static int64_t coll_bytes(const mr_comm *c, const mr_coll *op) {
+    if (op->kind == MR_COLL_BARRIER || op->kind == MR_COLL_DUP) return 0;
+    const int64_t b = op->n * (int64_t)mr_dtype_size(op->dt);
+    return op->kind == MR_COLL_ALLGATHER || op->kind == MR_COLL_REDUCE_SCATTER ? b * c->size : b;
+}
+
 /* Checks, numbers and runs one collective on c; a failure with MR_ERR_COMM breaks c. */
 static mr_status run(mr_comm *c, mr_coll *op) {
     mr_status st = check(c, op);
@@ -165,7 +174,9 @@ static mr_status run(mr_comm *c, mr_coll *op) {
         return mr_set_error(MR_ERR_COMM, "%s on rank %d: not run, the communicator failed earlier: %s", d, c->rank,
                             c->broken_msg);
     }
+    const int64_t t0 = mr_trace_begin(c->trace);
     st = c->vt->collective(c, op);
+    mr_trace_end2(c->trace, t0, mr_coll_name(op->kind), "bytes", coll_bytes(c, op), "seq", op->seq);
     if (st == MR_ERR_COMM) {
         c->broken = 1;
         snprintf(c->broken_msg, sizeof c->broken_msg, "%s", mr_comm_strip_loc(mr_last_error()));
@@ -179,6 +190,10 @@ void mr_comm_free(mr_comm *c) {
     if (!c) return;
     c->vt->destroy(c);
     free(c);
+}
+
+void mr_comm_set_trace(mr_comm *c, struct mr_trace_track *k) {
+    if (c) c->trace = k;
 }
 
 int mr_comm_rank(const mr_comm *c) { return c ? c->rank : 0; }
@@ -241,6 +256,8 @@ struct mr_comm_queue {
     char failed_msg[768];
     double busy_s;
     int stop;
+    /* mr_comm_queue_set_trace (under mu): spans on the queue's thread, flow starts on the caller's */
+    struct mr_trace_track *trace, *caller_trace;
 };
 
 static void *queue_main(void *arg) {
@@ -252,11 +269,15 @@ static void *queue_main(void *arg) {
         int64_t t = q->completed + 1;
         mr_coll op = q->ring[t % q->cap];
         int skip = q->failed_ticket != 0;
+        mr_trace_track *k = q->trace;
         pthread_mutex_unlock(&q->mu);
 
         mr_status st = MR_OK;
         double t0 = mr_comm_now();
+        const int64_t s0 = skip ? 0 : mr_trace_begin(k);
+        if (s0) mr_trace_flow(k, 0, "queued", t, s0); /* the arrow from the submit ends here */
         if (!skip) st = run(q->c, &op);
+        mr_trace_end2(k, s0, mr_coll_name(op.kind), "bytes", coll_bytes(q->c, &op), "seq", op.seq);
         double dt = mr_comm_now() - t0;
 
         pthread_mutex_lock(&q->mu);
@@ -343,6 +364,7 @@ static mr_status queue_submit(mr_comm_queue *q, mr_coll *op, int64_t *ticket) {
     }
     int64_t t = ++q->submitted;
     q->ring[t % q->cap] = *op;
+    mr_trace_flow(q->caller_trace, 1, "queued", t, 0); /* before the thread can take it up */
     pthread_cond_signal(&q->work);
     pthread_mutex_unlock(&q->mu);
     *ticket = t;
@@ -386,6 +408,14 @@ mr_status mr_comm_queue_wait(mr_comm_queue *q, int64_t ticket) {
     }
     pthread_mutex_unlock(&q->mu);
     return st;
+}
+
+void mr_comm_queue_set_trace(mr_comm_queue *q, struct mr_trace_track *thread, struct mr_trace_track *caller) {
+    if (!q) return;
+    pthread_mutex_lock(&q->mu);
+    q->trace = thread;
+    q->caller_trace = caller;
+    pthread_mutex_unlock(&q->mu);
 }
 
 double mr_comm_queue_busy_seconds(const mr_comm_queue *q) {

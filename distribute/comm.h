@@ -41,6 +41,7 @@ extern "C" {
 #endif
 
 typedef struct mr_comm mr_comm;
+struct mr_trace_track; /* core/trace.h */
 
 typedef enum mr_comm_backend { MR_COMM_LOCAL = 0, MR_COMM_MPI = 1, MR_COMM_NCCL = 2, MR_COMM_HIER = 3 } mr_comm_backend;
 
@@ -159,6 +160,22 @@ int mr_comm_launched_multi(void);
  * Must not be called while a collective on c is in progress (nor while c is in an open group). */
 void mr_comm_free(mr_comm *c);
 
+/* Records a span per collective of c on trace track k (core/trace.h; NULL: none): the
+ * collective's name ("allreduce"), with args bytes (what it hands back on this rank) and seq (its
+ * number, equal on every rank). Call it from the thread that uses c; k must outlive c's use. */
+void mr_comm_set_trace(mr_comm *c, struct mr_trace_track *k);
+
+/* The offset of rank `peer`'s clock from rank 0's (mr_trace_now_ns, CLOCK_MONOTONIC), measured
+ * by ping-pong: per round a barrier, then rank 0 reads its clock (t0) and broadcasts, the peer
+ * reads its clock (tp) once the broadcast arrived and broadcasts it back, rank 0 reads its clock
+ * when that arrives (t1). tp was read after t0 and before t1, so the offset lies within
+ * tp - (t0 + t1) / 2 +- (t1 - t0) / 2, whatever the network or the collective's algorithm did;
+ * the round with the shortest round trip is kept. On rank 0: *offset_ns = peer's clock minus rank
+ * 0's, *error_ns = that bound (half the best round trip); on other ranks both 0. rounds: 1..1000.
+ * Collective over c (every rank calls it with the same peer and rounds: the others take part in
+ * the broadcasts). Errors: MR_ERR_INVALID (peer, rounds), those of mr_comm_broadcast. */
+mr_status mr_comm_clock_offset(mr_comm *c, int peer, int rounds, int64_t *offset_ns, int64_t *error_ns) MR_WUR;
+
 /* This rank (0..size-1), the group size, and the backend. Thread-safe. */
 int mr_comm_rank(const mr_comm *c);
 int mr_comm_size(const mr_comm *c);
@@ -251,6 +268,12 @@ mr_status mr_comm_queue_allgather(mr_comm_queue *q, const void *send, void *recv
  * without running, with a message naming the failed one. Errors: MR_ERR_INVALID (unknown ticket),
  * the request's own error. */
 mr_status mr_comm_queue_wait(mr_comm_queue *q, int64_t ticket) MR_WUR;
+
+/* Traces the queue (core/trace.h; NULL: not): a span per request on track `thread` (the queue's
+ * thread: the collective's name, args bytes and seq, as mr_comm_set_trace), and a flow "queued"
+ * from the submit, on track `caller` (the submitting thread's), to that span. Thread-safe; the
+ * tracks must outlive the queue. */
+void mr_comm_queue_set_trace(mr_comm_queue *q, struct mr_trace_track *thread, struct mr_trace_track *caller);
 
 /* Seconds the queue's thread has spent inside collectives so far (for metrics: compare with the
  * step time to see how much communication was hidden). Thread-safe. */

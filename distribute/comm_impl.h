@@ -58,6 +58,7 @@ struct mr_comm {
     int queue;           /* 1 for a queue's private duplicate (named "queued" in messages) */
     int broken;          /* a collective failed with MR_ERR_COMM */
     size_t piece_bytes;  /* mr_comm_set_max_piece_bytes */
+    struct mr_trace_track *trace; /* spans of this handle's collectives (mr_comm_set_trace; NULL: none) */
     char broken_msg[512];
     void *ctx;
 };

@@ -3,6 +3,7 @@
  * (train/train.c) calls it once per step; this file knows communicators and buffers, not models:
  * the caller says where each parameter's gradient lies and when the backward finishes it. */
 #include "distribute/ddp.h"
+#include "core/trace.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -32,6 +33,7 @@ struct mr_ddp {
     mr_ddp_shard sh;
     float *zbuf;   /* world * stride: the padded gradient / parameter exchange buffer */
     float *zshard; /* stride: this replica's averaged gradient shard */
+    mr_trace_track *trace; /* the caller's track (mr_ddp_set_trace) */
 };
 
 mr_ddp_shard mr_ddp_shard_of(int64_t n, int world, int rank) {
@@ -141,6 +143,7 @@ mr_status mr_ddp_backward(mr_ddp *d, mr_ddp_run_fn run, void *ctx, int32_t first
             MR_TRY(run(ctx, at, b->ready < last ? b->ready : last));
             at = b->ready < last ? b->ready : last;
         }
+        mr_trace_instant(d->trace, "bucket_ready", "bucket", k);
         MR_TRY(mr_comm_queue_allreduce(d->q, d->grads + b->off, b->n, MR_F32, MR_REDUCE_AVG, &b->ticket));
     }
     if (at < last) MR_TRY(run(ctx, at, last));
@@ -156,7 +159,9 @@ mr_status mr_ddp_finish(mr_ddp *d, float *g, double *agree, int n_agree, mr_ddp_
         break;
     case DDP_OVERLAP: /* what the backward did not hide */
         MR_CHECK(g == d->grads, MR_ERR_INTERNAL, "ddp: the overlapped exchange averages the gradient buffer itself");
+        const int64_t t0 = mr_trace_begin(d->trace);
         for (int k = 0; k < d->nb; k++) MR_TRY(mr_comm_queue_wait(d->q, d->b[k].ticket));
+        mr_trace_end1(d->trace, t0, "wait_buckets", "buckets", d->nb);
         MR_TRY(mr_comm_allreduce(d->comm, agree, n_agree, MR_F64, MR_REDUCE_SUM));
         break;
     default:
@@ -210,6 +215,14 @@ mr_status mr_ddp_gather(mr_ddp *d, float *params) {
     if (d->mode != DDP_SHARD) return MR_OK;
     return mr_ddp_gather_shards(d, params + d->sh.off, params);
 }
+
+void mr_ddp_set_trace(mr_ddp *d, mr_trace_track *caller, mr_trace_track *comm_thread) {
+    if (!d) return;
+    d->trace = caller;
+    mr_comm_queue_set_trace(d->q, comm_thread, caller);
+}
+
+int mr_ddp_num_buckets(const mr_ddp *d) { return d ? d->nb : 0; }
 
 double mr_ddp_busy_seconds(const mr_ddp *d) { return d && d->q ? mr_comm_queue_busy_seconds(d->q) : 0.0; }
 

@@ -128,6 +128,13 @@ mr_status mr_ddp_gather_shards(mr_ddp *d, const float *shard, float *full) MR_WU
 double mr_ddp_busy_seconds(const mr_ddp *d);
 /* Non-zero in the overlap mode. */
 int mr_ddp_overlaps(const mr_ddp *d);
+/* The buckets of the overlap mode (0 in the others). */
+int mr_ddp_num_buckets(const mr_ddp *d);
+/* Traces the exchange (core/trace.h; NULL: not): on `caller` (the thread calling the reducer) an
+ * instant "bucket_ready" (arg bucket) as each bucket is queued and a span "wait_buckets" in
+ * mr_ddp_finish; the queue's spans on `comm_thread` (mr_comm_queue_set_trace). The caller's own
+ * collectives are traced through its communicator (mr_comm_set_trace). */
+void mr_ddp_set_trace(mr_ddp *d, struct mr_trace_track *caller, struct mr_trace_track *comm_thread);
 
 #ifdef __cplusplus
 }

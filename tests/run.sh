@@ -11,7 +11,7 @@ cd "$root"
 
 packages=(build-essential cmake pkg-config libopenblas0-openmp libcmocka-dev libhdf5-dev libopenmpi-dev
           openmpi-bin libyaml-dev zlib1g-dev protobuf-c-compiler libprotobuf-c-dev dataset-fashion-mnist bible-kjv
-          python3 clang) # python3: tests/e2e/*.py (standard library only); clang: the libFuzzer build
+          python3 clang) # python3: tests/e2e/*.py and tests/tools/check_trace.py (standard library only); clang: the libFuzzer build
                          # of tests/fuzz (CTest fuzz.libfuzzer)
 missing=()
 for p in "${packages[@]}"; do

@@ -375,6 +375,7 @@ static void trainer_free(trainer *t) {
     mr_optim_free(t->opt);
     mr_steps_free(t->steps);
     mr_params_free(t->ps);
+    tr_trace_free(t); /* after the queue and the prefetch thread, which write its tracks */
     memset(t, 0, sizeof *t);
 }
 
@@ -666,6 +667,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
     char rpath[4096];
     int resume = 0;
     MR_TRY(start_run(&tr, s, res, rpath, sizeof rpath, &resume));
+    MR_TRY(tr_trace_init(&tr, s, cfg->run_dir != NULL));
     /* CUDA graphs: the step is captured at its second run (the first one creates the cuBLAS,
      * cuBLASLt and cuDNN state lazily, which may not happen inside a capture) */
     int want_graphs = tr.gdev.kind == MR_DEVICE_CUDA && c->cuda_graphs;
@@ -693,6 +695,8 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
     const int stopped_before = resume && tr_early_stopped(&tr);
     int early = 0;
     while (tr.step < c->steps && !stopped_before) {
+        MR_TRY(tr_trace_step_begin(&tr)); /* the window opens before its first step */
+        const int64_t span_step = mr_trace_begin(tr.trace.train);
         MR_TRY(tr_dev_set_loss_scale(&tr, s, tr.scaling ? (float)tr.scaler.scale : 1.0f));
         if (want_graphs && tr.step > res->resumed_from) {
             MR_TRY(mr_plan_set_graphs(s->plan, 1));
@@ -708,12 +712,15 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
         mr_ddp_part part;
         MR_TRY(tr_step_exchange(&tr, g, &loss, &stop, &part, &L.tm));
         const double t0 = tr_now_s();
+        const int64_t span_opt = mr_trace_begin(tr.trace.train);
         MR_TRY(tr_step_check(&tr, loss, &part, &apply));
         /* unscale (above), clip, update */
         const double lr = mr_schedule_lr(&c->schedule, c->optim.lr, tr.step);
         if (apply) MR_TRY(tr_step_update(&tr, &part, lr));
         L.tm.opt += tr_now_s() - t0;
+        mr_trace_end1(tr.trace.train, span_opt, "optimizer", "applied", apply);
         /* report */
+        const int64_t span_report = mr_trace_begin(tr.trace.train);
         if (isfinite(loss)) { /* a skipped overflow step does not poison the interval's mean */
             tr.loss_sum += loss;
             tr.interval++;
@@ -727,7 +734,9 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
         }
         const int last = tr.step == c->steps;
         if ((c->log_every > 0 && tr.step % c->log_every == 0) || last) log_step(&tr, &L, lr, res);
+        mr_trace_end(tr.trace.train, span_report, "report");
         if (has_eval(c) && ((c->eval_every > 0 && tr.step % c->eval_every == 0) || last)) {
+            const int64_t span_eval = mr_trace_begin(tr.trace.train);
             const double te = tr_now_s();
             MR_TRY(tr_bufs_broadcast(&tr)); /* replica 0's running statistics are the model's */
             MR_TRY(evaluate(c, tr.steps, &tr.dv, micro, comm, res));
@@ -737,6 +746,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
              * times and count stayed, which overstated samples/s and gave shares over 100%) */
             L.t_last += tr_now_s() - te;
             early = tr_early_stop_update(&tr, res);
+            mr_trace_end(tr.trace.train, span_eval, "evaluate");
         }
         /* one replica stops for a signal that came at any time during the step; replicas stop on
          * the step they agreed on */
@@ -744,9 +754,13 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
         /* after the evaluation: a run killed before the checkpoint redoes that evaluation */
         if (c->ckpt_dir && ((c->ckpt_every > 0 && tr.step % c->ckpt_every == 0) || last || stop || early)) {
             const double t1 = tr_now_s();
+            const int64_t span_ckpt = mr_trace_begin(tr.trace.train);
             MR_TRY(save_checkpoint(&tr, res));
+            mr_trace_end(tr.trace.train, span_ckpt, "checkpoint_save");
             L.t_last += tr_now_s() - t1; /* saving is not training throughput (it has its own log line) */
         }
+        mr_trace_end1(tr.trace.train, span_step, "step", "step", tr.step);
+        MR_TRY(tr_trace_step_end(&tr, last || stop || early)); /* after its last step (or the run's) it closes */
         if (early) {
             char msg[512];
             tr_early_stop_message(&tr, msg, sizeof msg);
@@ -791,6 +805,7 @@ fail:
     /* a failed GPU replica aborts its NCCL communicator now: tearing it down politely would wait
      * for peers that will never finish the collective */
     if (st != MR_OK && tr.dv.own_gcomm) mr_comm_abort(tr.dv.gcomm, 1, mr_last_error());
+    if (st != MR_OK) tr_trace_fail(&tr); /* replica 0's spans up to the failure */
     if (L.metrics) fclose(L.metrics);
     mr_tb_close(L.tb);
     trainer_free(&tr);

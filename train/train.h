@@ -99,7 +99,7 @@ typedef struct mr_train_cfg {
     int64_t early_stop_patience;
     int early_stop_metric, early_stop_mode;
     double early_stop_min_delta;
-    /* What a run shows (train/tb.h, train/trace.h), with run_dir: tensorboard writes TensorBoard
+    /* What a run shows (train/tb.h, train/trace.c), with run_dir: tensorboard writes TensorBoard
      * event files into <run_dir>/tb (the scalars of metrics.jsonl, the resolved config as text at
      * the first step, histograms of parameters and gradients every histogram_every steps when > 0);
      * steps trace_first..trace_last (1-based; 0 0: none) are traced into <run_dir>/trace.json

@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include "autodiff/steps.h"
+#include "core/trace.h"
 #include "data/data.h"
 #include "distribute/comm.h"
 #include "distribute/ddp.h"
@@ -49,6 +50,24 @@ typedef struct tr_device {
     void *h_read;           /* host buffer for values read back (logits) */
     size_t h_read_bytes;
 } tr_device;
+
+/* The trace window (trace.c): a recorder with the training, communication and data tracks while
+ * the run traces; every field 0 (tracks NULL: spans cost a NULL test) when it does not. */
+typedef struct tr_trace_ident tr_trace_ident;
+typedef struct tr_trace_clock tr_trace_clock;
+typedef struct tr_trace {
+    int want;               /* this run has a window ahead and replica 0 a run directory */
+    int open, done;
+    int force_measured;     /* MIRROR_TRACE_CLOCK=measured */
+    int64_t first, last;    /* the window's steps in this run (1-based) */
+    int32_t kernels;        /* of the training step (sizing the buffers) */
+    double bound_mb;        /* MIRROR_TRACE_MB: the span buffers' bound per replica */
+    mr_trace *rec;
+    mr_trace_track *train, *comm, *data;
+    tr_trace_ident *ids;    /* [world] each replica's host, kernel and process */
+    tr_trace_clock *clocks; /* [nclocks] rank 0's measurements of the other processes' clocks */
+    int nclocks;
+} tr_trace;
 
 typedef struct trainer {
     mr_train_cfg c;         /* resolved: model sizes from the data, schedule.total set; quiet and
@@ -108,6 +127,7 @@ typedef struct trainer {
     int32_t *d_bad;
     int32_t *bwd_order, *h_flag;
     int64_t *h_count;
+    tr_trace trace;         /* the trace window (log.trace) */
 } trainer;
 
 /* ---- the device path (train_device.c) ---- */
@@ -220,5 +240,22 @@ mr_status tr_tb_open(trainer *t, int64_t start_step, mr_tb **out) MR_WUR;
 mr_status tr_tb_step(trainer *t, mr_tb *tb, const tr_metrics *m) MR_WUR;
 /* An evaluation's scalars, then a flush. */
 mr_status tr_tb_eval(mr_tb *tb, int64_t step, int classify, const mr_train_result *r) MR_WUR;
+
+/* ---- the trace window (trace.c) ---- */
+/* After the run's start (the exchange made): the recorder and its tracks, wired into the
+ * communicator, the exchange, the prefetch thread and (trace_ops) step s's plan, when the run
+ * has a window ahead and job_has_run_dir (replica 0 writes <run_dir>/trace.json). No buffers yet.
+ * Not collective. */
+mr_status tr_trace_init(trainer *t, const mr_step *s, int job_has_run_dir) MR_WUR;
+/* Before each step: opens the window before its first step (buffers, clocks). Collective. */
+mr_status tr_trace_step_begin(trainer *t) MR_WUR;
+/* After each step: closes the window after its last step, or when end (the run's last step, or
+ * a stop), and replica 0 writes the trace. Collective. */
+mr_status tr_trace_step_end(trainer *t, int end) MR_WUR;
+/* The run failed inside the window: replica 0 writes its own spans (no collectives); the error
+ * message stays the run's. */
+void tr_trace_fail(trainer *t);
+/* After the threads that write the tracks (queue, prefetch) are gone. */
+void tr_trace_free(trainer *t);
 
 #endif

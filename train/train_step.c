@@ -192,21 +192,28 @@ mr_status tr_step_forward_backward(trainer *t, mr_step *s, tr_times *tm, double 
     /* kernels on the CPU are synchronous, so the forward is timed apart; on a GPU the whole step
      * is one run (a captured graph) and forward_s times both, once the loss is back */
     const int32_t nf = t->gdev.kind == MR_DEVICE_CPU ? s->n_forward : 0;
+    mr_trace_track *k = t->trace.train; /* spans while the trace window is open (train/trace.c) */
     *loss = 0;
     for (int64_t m = 0; m < c->accumulate; m++) {
         mr_data_elem e;
         int end = 0;
         const double t0 = tr_now_s();
+        const int64_t s0 = mr_trace_begin(k);
         MR_TRY(mr_data_iter_next(t->train.it, &e, &end));
         MR_CHECK(!end, MR_ERR_INVALID, "data.train: the training data is empty");
+        mr_trace_end1(k, s0, "data_wait", "micro", m);
         const double t1 = tr_now_s();
+        const int64_t s1 = mr_trace_begin(k);
         MR_TRY(tr_dev_feed(&t->dv, s, e.data[0], e.data[1]));
         mr_plan_set_dropout_step(s->plan, (uint64_t)(t->step * c->accumulate + m)); /* fresh masks each micro-step */
         if (nf > 0) MR_TRY(mr_plan_run_range(s->plan, 0, nf));
+        if (nf > 0) mr_trace_end1(k, s1, "forward", "micro", m);
         const double t2 = tr_now_s();
+        const int64_t s2 = nf > 0 ? mr_trace_begin(k) : s1; /* on a GPU one run does both */
         MR_TRY(mr_ddp_backward(t->ddp, run_range, s->plan, nf, mr_plan_num_kernels(s->plan)));
         const void *hl = NULL;
         MR_TRY(tr_dev_read(&t->dv, s, s->io.loss, sizeof(float), &hl)); /* waits for the device */
+        mr_trace_end1(k, s2, nf > 0 ? "backward" : "forward_backward", "micro", m);
         const double t3 = tr_now_s();
         tm->data += t1 - t0;
         tm->fwd += (nf > 0 ? t2 : t3) - t1;
@@ -215,7 +222,9 @@ mr_status tr_step_forward_backward(trainer *t, mr_step *s, tr_times *tm, double 
         if (t->acc) {
             /* the gradients of micro-batch means, averaged: the gradient of the batch mean */
             const float w = 1.0f / (float)c->accumulate;
+            const int64_t s3 = mr_trace_begin(k);
             MR_TRY(mr_vec_axpby(t->gdev, t->stream, t->acc, m == 0 ? 0.0f : 1.0f, t->grads, w, t->n));
+            mr_trace_end1(k, s3, "accumulate", "micro", m);
         }
     }
     *loss /= (double)c->accumulate;
@@ -232,7 +241,9 @@ mr_status tr_step_exchange(trainer *t, float *g, double *loss, int *stop, mr_ddp
     /* the replicas' gradients averaged (the gradient of the global batch's mean loss), and the
      * loss and any stop request agreed, so every replica takes the same decisions */
     double agree[2] = {*loss, *stop};
+    const int64_t s0 = mr_trace_begin(t->trace.train);
     MR_TRY(mr_ddp_finish(t->ddp, g, agree, t->comm ? 2 : 0, part));
+    mr_trace_end(t->trace.train, s0, "exchange");
     if (t->comm) {
         *loss = agree[0] / (double)t->world;
         *stop = agree[1] > 0;

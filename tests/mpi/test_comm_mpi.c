@@ -11,6 +11,9 @@
  *   test_comm_mpi serialized the same, with MPI initialised by the caller at MPI_THREAD_SERIALIZED
  *                            (the module then serialises its MPI calls under one lock: the queue's
  *                            thread and direct collectives run concurrently), finalised by the caller.
+ *                            Both also measure every rank's clock offset from rank 0 by ping-pong
+ *                            (mr_comm_clock_offset): one host, one clock, so the measured offset
+ *                            must lie within its own error bound; the bounds are printed.
  *   test_comm_mpi hang|hangring|die|fail [tag]
  *                            fault drills for tests/mpi/faults.sh, with a 2 s deadline: rank 1
  *                            skips an all-reduce (sleeps; of 1000 f32, or of 1<<20 f32 for the
@@ -268,6 +271,24 @@ static void test_queue(mr_comm *c) {
     mr_comm_queue_free(q);
 }
 
+/* Every rank's clock against rank 0's: the ranks of this job share a host (mpirun on one
+ * machine), so CLOCK_MONOTONIC is one clock and the truth is 0: the measured offset must lie
+ * within the error bound the measurement states. */
+static void test_clock(mr_comm *c) {
+    for (int peer = 1; peer < g_size; peer++) {
+        int64_t off = -1, err = -1;
+        OK(c, mr_comm_clock_offset(c, peer, 10, &off, &err));
+        if (g_rank != 0) {
+            CHECK(off == 0 && err == 0, "rank %d got an offset %lld +- %lld", g_rank, (long long)off, (long long)err);
+            continue;
+        }
+        CHECK(err > 0 && err < 10000000, "peer %d: error bound %lld ns", peer, (long long)err);
+        CHECK(llabs(off) <= err, "peer %d: offset %lld ns outside its error bound %lld ns (one host: the truth is 0)",
+              peer, (long long)off, (long long)err);
+        printf("clock of rank %d: offset %lld ns, error bound %lld ns\n", peer, (long long)off, (long long)err);
+    }
+}
+
 /* ---- fault drills ------------------------------------------------------------------------------ */
 
 static int drill(mr_comm *c, const char *mode) {
@@ -336,6 +357,7 @@ int main(int argc, char **argv) {
     test_broadcast(c);
     test_gather_scatter(c);
     test_queue(c);
+    test_clock(c);
     OK(c, mr_comm_barrier(c));
     /* everybody's verdict, so that every rank exits with the same code */
     int64_t fails = g_fails;

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "harness.h"
+#include "core/trace.h"
 #include "distribute/comm.h"
 
 /* ---- replica threads --------------------------------------------------------------------------- */
@@ -384,6 +385,82 @@ static void test_queue(void **state) {
     for (int n = 1; n <= 4; n++) run_replicas(n, 60, queue_body, NULL, r);
 }
 
+/* ---- clocks and trace spans ------------------------------------------------------------------- */
+
+/* The ping-pong on one clock (threads of one process): the measured offset lies within its own
+ * error bound (the truth is 0), the bound is small, the others get zeros; bad arguments fail. */
+static void clock_body(replica *r) {
+    for (int peer = 1; peer < r->size; peer++) {
+        int64_t off = -1, err = -1;
+        R_OK(r, mr_comm_clock_offset(r->c, peer, 10, &off, &err));
+        if (r->rank != 0 && (off != 0 || err != 0)) R_FAIL(r, "rank %d got %lld +- %lld", r->rank, (long long)off, (long long)err);
+        if (r->rank == 0 && (err <= 0 || err > 100000000 || llabs(off) > err))
+            R_FAIL(r, "peer %d: offset %lld ns outside its bound %lld ns (one clock: the truth is 0)", peer, (long long)off,
+                   (long long)err);
+        if (r->rank == 0 && peer == 1) snprintf(r->err, sizeof r->err, "offset %lld ns, error %lld ns", (long long)off, (long long)err);
+    }
+    int64_t off, err;
+    if (mr_comm_clock_offset(r->c, 0, 10, &off, &err) != MR_ERR_INVALID) R_FAIL(r, "peer 0 accepted");
+    if (mr_comm_clock_offset(r->c, r->size, 10, &off, &err) != MR_ERR_INVALID) R_FAIL(r, "peer %d accepted", r->size);
+    if (mr_comm_clock_offset(r->c, 1, 0, &off, &err) != MR_ERR_INVALID) R_FAIL(r, "0 rounds accepted");
+}
+
+static void test_clock_offset(void **state) {
+    (void)state;
+    replica r[3];
+    for (int n = 2; n <= 3; n++) {
+        run_replicas(n, 60, clock_body, NULL, r);
+        printf("%d replicas: %s\n", n, r[0].err);
+    }
+}
+
+/* A traced communicator: one span per collective (name, bytes, seq) inside the window; the
+ * queue's spans on its own track with a flow from each submit. */
+static void trace_body(replica *r) {
+    mr_trace *t = NULL;
+    mr_trace_track *k = NULL, *q = NULL;
+    mr_comm_queue *queue = NULL;
+    R_OK(r, mr_trace_new(r->rank, "replica", NULL, &t));
+    R_OK(r, mr_trace_add_track(t, "training", 1, &k));
+    R_OK(r, mr_trace_add_track(t, "communication", 2, &q));
+    R_OK(r, mr_trace_reserve(k, 64));
+    R_OK(r, mr_trace_reserve(q, 64));
+    R_OK(r, mr_comm_queue_new(r->c, &queue));
+    mr_comm_set_trace(r->c, k);
+    mr_comm_queue_set_trace(queue, q, k);
+    float x[100] = {0}, y[40] = {0};
+    R_OK(r, mr_comm_allreduce(r->c, x, 100, MR_F32, MR_REDUCE_SUM)); /* before the window: not traced */
+    mr_trace_start(t);
+    R_OK(r, mr_comm_allreduce(r->c, x, 100, MR_F32, MR_REDUCE_SUM));
+    R_OK(r, mr_comm_allgather(r->c, x, y, 10, MR_F32));
+    int64_t ticket = 0;
+    R_OK(r, mr_comm_queue_allreduce(queue, x + 50, 50, MR_F32, MR_REDUCE_AVG, &ticket));
+    R_OK(r, mr_comm_queue_wait(queue, ticket));
+    mr_trace_stop(t);
+    mr_comm_queue_free(queue); /* the queue's thread is gone: its track can be read */
+    mr_trace_event e;
+    if (mr_trace_stats_of(t, 0).events != 3 || mr_trace_stats_of(t, 1).events != 2)
+        R_FAIL(r, "%lld training and %lld queue events, expected 3 and 2", (long long)mr_trace_stats_of(t, 0).events,
+               (long long)mr_trace_stats_of(t, 1).events);
+    if (!mr_trace_event_get(t, 0, 0, &e) || strcmp(e.name, "allreduce") || e.v1 != 400 || strcmp(e.k2, "seq") || e.v2 != 3)
+        R_FAIL(r, "the traced all-reduce: %s bytes %lld seq %lld", e.name, (long long)e.v1, (long long)e.v2);
+    if (!mr_trace_event_get(t, 0, 1, &e) || strcmp(e.name, "allgather") || e.v1 != 40 * r->size)
+        R_FAIL(r, "the traced allgather: %s bytes %lld", e.name, (long long)e.v1);
+    if (!mr_trace_event_get(t, 0, 2, &e) || e.ph != 's' || e.v1 != ticket) R_FAIL(r, "no flow start for the submit");
+    if (!mr_trace_event_get(t, 1, 0, &e) || e.ph != 'f' || e.v1 != ticket) R_FAIL(r, "no flow end on the queue");
+    const int64_t f0 = e.t0;
+    if (!mr_trace_event_get(t, 1, 1, &e) || strcmp(e.name, "allreduce") || e.v1 != 200 || e.t0 != f0)
+        R_FAIL(r, "the queued all-reduce: %s bytes %lld", e.name, (long long)e.v1);
+    mr_comm_set_trace(r->c, NULL);
+    mr_trace_free(t);
+}
+
+static void test_trace_spans(void **state) {
+    (void)state;
+    replica r[2];
+    run_replicas(2, 60, trace_body, NULL, r);
+}
+
 /* ---- never hang -------------------------------------------------------------------------------- */
 
 /* Rank 2 of 3 never calls the all-reduce. */
@@ -551,6 +628,7 @@ int main(void) {
         cmocka_unit_test(test_allgather),      cmocka_unit_test(test_reduce_scatter), cmocka_unit_test(test_barrier),
         cmocka_unit_test(test_queue),          cmocka_unit_test(test_missing_replica), cmocka_unit_test(test_mismatch),
         cmocka_unit_test(test_abort),          cmocka_unit_test(test_launched_multi),
+        cmocka_unit_test(test_clock_offset),   cmocka_unit_test(test_trace_spans),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
