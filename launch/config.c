@@ -812,7 +812,7 @@ static mr_status check_impl(const mr_experiment *e, const char *origin, const ke
                     e->precision.loss_scale.min);
     if (e->train.early_stop.patience > 0) { /* counted in evaluations of a metric the model reports */
         const int lm = mr_model_task(&e->model) == MR_TASK_LM, m = e->train.early_stop.metric;
-        if (e->data.eval.source == MR_SRC_NONE && !(lm && e->data.train.source == MR_SRC_TEXT))
+        if (e->data.eval.source == MR_SRC_NONE)
             return perr(MR_ERR_INVALID, P("train.early_stop.patience"), "train.early_stop.patience: early stopping needs "
                         "evaluation data; HINT: set data.eval, or drop train.early_stop");
         if (e->train.eval_every == 0)
@@ -823,6 +823,11 @@ static mr_status check_impl(const mr_experiment *e, const char *origin, const ke
                         "%s; HINT: eval_loss, or %s", ES_METRICS[m], lm ? "language model" : "classifier",
                         lm ? "eval_perplexity" : "eval_accuracy");
     }
+    if (e->log.tensorboard && e->log.histogram_every % e->train.log_every) /* written at log steps */
+        return perr(MR_ERR_INVALID, P("log.histogram_every"), "log.histogram_every: histograms are written at log "
+                    "steps, so it must be a multiple of train.log_every (%lld), got %lld; HINT: log.histogram_every=%lld",
+                    (long long)e->train.log_every, (long long)e->log.histogram_every,
+                    (long long)((e->log.histogram_every / e->train.log_every + 1) * e->train.log_every));
     if (e->log.trace[0] > e->train.steps)
         return perr(MR_ERR_INVALID, P("log.trace"), "log.trace: the window starts at step %lld, after train.steps (%lld): "
                     "nothing would be traced; HINT: a window inside the run, e.g. log.trace=[%lld, %lld]",

@@ -1,6 +1,7 @@
 /* TensorBoard event files (train/tb.h). */
 #include "train/tb.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <float.h>
 #include <math.h>
@@ -15,7 +16,7 @@
 #include "train/train.h"
 
 #define TB_MAX_SCALARS 32
-#define TB_NLIMITS 1600 /* TensorFlow's default histogram: 774 limits a side, 0, DBL_MAX */
+#define TB_NLIMITS 1600 /* TensorFlow's default histogram: 1551 limits (775 a side and 0) */
 
 struct mr_tb {
     FILE *f;
@@ -33,13 +34,14 @@ static double wall_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* TensorFlow's default bucket limits (tensorflow/core/lib/histogram/histogram.cc): -1e20 .. -1e-12,
- * 0, 1e-12 .. 1e20 growing by 1.1, and DBL_MAX. */
+/* TensorFlow's default bucket limits (tensorflow/core/lib/histogram/histogram.cc): -DBL_MAX,
+ * -1e20 .. -1e-12, 0, 1e-12 .. 1e20 growing by 1.1, and DBL_MAX (1551 limits). */
 static int default_limits(double *out, int cap) {
     double pos[TB_NLIMITS / 2];
     int np = 0;
     for (double v = 1e-12; v < 1e20 && np < TB_NLIMITS / 2; v *= 1.1) pos[np++] = v;
     int n = 0;
+    out[n++] = -DBL_MAX;
     for (int i = np - 1; i >= 0 && n < cap; i--) out[n++] = -pos[i];
     out[n++] = 0;
     for (int i = 0; i < np && n < cap; i++) out[n++] = pos[i];
@@ -71,6 +73,20 @@ static void event_init(Tensorboard__Event *ev, int64_t step) {
     ev->step = step;
 }
 
+/* now, or one second past the newest events.out.tfevents.<time>.* file in dir when that is not
+ * earlier than now. */
+static long long next_time(const char *dir, long long now) {
+    DIR *d = opendir(dir);
+    if (!d) return now;
+    long long newest = -1;
+    for (struct dirent *e; (e = readdir(d));) {
+        long long t = 0;
+        if (sscanf(e->d_name, "events.out.tfevents.%lld.", &t) == 1 && t > newest) newest = t;
+    }
+    closedir(d);
+    return newest >= now ? newest + 1 : now;
+}
+
 mr_status mr_tb_open(const char *dir, int64_t start_step, mr_tb **out) {
     mr_status st = MR_OK;
     *out = NULL;
@@ -79,14 +95,13 @@ mr_status mr_tb_open(const char *dir, int64_t start_step, mr_tb **out) {
     MR_TRY(mr_mkdirs(dir));
     char host[256] = "localhost";
     if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "localhost");
-    int n = snprintf(tb->path, sizeof tb->path, "%s/events.out.tfevents.%010lld.%s.%ld", dir, (long long)time(NULL),
-                     host, (long)getpid());
+    /* readers take the files in name order, and a run's START must come after the runs before it:
+     * the time in the name is past every earlier file's (a restart within the same second gets
+     * the next one), and a name already there is never overwritten */
+    const long long when = next_time(dir, (long long)time(NULL));
+    int n = snprintf(tb->path, sizeof tb->path, "%s/events.out.tfevents.%010lld.%s.%ld", dir, when, host, (long)getpid());
     MR_CHECK(n > 0 && (size_t)n < sizeof tb->path, MR_ERR_INVALID, "%s: the path of the event file is too long", dir);
-    /* a file of this name already there is another run's (same second, host and pid: a
-     * resume in the same process): append a counter rather than overwrite it */
-    for (int k = 1; access(tb->path, F_OK) == 0 && k < 100; k++)
-        snprintf(tb->path + n, sizeof tb->path - (size_t)n, ".%d", k);
-    tb->f = fopen(tb->path, "wb");
+    tb->f = fopen(tb->path, "wbx");
     MR_CHECK(tb->f != NULL, MR_ERR_IO, "%s: cannot create: %s; HINT: make the run directory writable or set "
              "log.tensorboard: false", tb->path, strerror(errno));
     tb->n_limits = default_limits(tb->limits, TB_NLIMITS);

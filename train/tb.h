@@ -8,7 +8,8 @@
  * version ("brain.Event:2"). Scalars are Summary values with simple_value (one Event per call:
  * all the scalars of a log step together); text is a string tensor for the text plugin;
  * histograms are HistogramProto over TensorFlow's default bucket limits (+-1e-12 * 1.1^k up to
- * 1e20, and 0), runs of empty buckets merged as TensorFlow does.
+ * 1e20, 0 and +-DBL_MAX), runs of empty buckets merged as TensorFlow does. The time in a new
+ * file's name is past every earlier file's of the directory, so name order is run order.
  *
  * Resume. A run that starts at step S (0 when fresh, the checkpoint's step when resumed) opens a
  * new file (TensorBoard reads every file of the directory, in name order) that starts with

@@ -235,7 +235,7 @@ static void log_eval(const mr_train_cfg *c, FILE *metrics, mr_tb **tb, int64_t s
                 (long long)step, time, r->eval_loss, metric, value);
         fflush(metrics);
     }
-    if (*tb && tr_tb_eval(*tb, step, classify, r) != MR_OK) tb_lost(tb);
+    if (*tb && tr_tb_eval(*tb, step, classify, r) != MR_OK) tb_lost(tb); /* writes only: MR_ERR_IO or NOMEM */
     if (!c->quiet) {
         mr_log_progress_end();
         printf(classify ? "eval at step %lld: loss %.4f  %s %.4f\n" : "eval at step %lld: loss %.4f  %s %.3f\n",
@@ -375,6 +375,7 @@ static void trainer_free(trainer *t) {
     mr_optim_free(t->opt);
     mr_steps_free(t->steps);
     mr_params_free(t->ps);
+    free(t->tb_grad);
     tr_trace_free(t); /* after the queue and the prefetch thread, which write its tracks */
     memset(t, 0, sizeof *t);
 }
@@ -571,7 +572,7 @@ static tr_metrics interval_metrics(trainer *t, interval_log *L, double lr, doubl
 }
 
 /* The log step's metrics.jsonl line, TensorBoard scalars and progress line, then a new interval. */
-static void log_step(trainer *t, interval_log *L, double lr, mr_train_result *res) {
+static mr_status log_step(trainer *t, interval_log *L, double lr, mr_train_result *res) {
     const mr_train_cfg *c = &t->c;
     const double now = tr_now_s(), span = now - L->t_last;
     const tr_times *tm = &L->tm;
@@ -590,7 +591,11 @@ static void log_step(trainer *t, interval_log *L, double lr, mr_train_result *re
                 m.bwd, m.comm, hidden, m.opt);
         fflush(L->metrics);
     }
-    if (L->tb && tr_tb_step(t, L->tb, &m) != MR_OK) tb_lost(&L->tb);
+    if (L->tb) {
+        mr_status st = tr_tb_step(t, L->tb, &m);
+        if (st == MR_ERR_IO) tb_lost(&L->tb); /* the event file only; a device error is the run's */
+        else if (st != MR_OK) return st;
+    }
     if (!c->quiet && !c->no_progress) {
         const double eta = (now - L->t_start) / (double)(t->step - res->resumed_from) * (double)(c->steps - t->step);
         char scale_txt[64] = "";
@@ -613,6 +618,7 @@ static void log_step(trainer *t, interval_log *L, double lr, mr_train_result *re
     L->timed = 0;
     t->loss_sum = 0;
     t->interval = 0;
+    return MR_OK;
 }
 
 /* Where a run starts: a checkpoint (resume), init_from's parameters, or the seed's; then replica
@@ -692,7 +698,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
                     c->compute == MR_F32 ? "float32" : c->compute == MR_BF16 ? "mixed_bfloat16" : "mixed_float16",
                     tr.scaling ? " with dynamic loss scaling" : "", mr_cpu_gemm_provider());
     /* a resume from the checkpoint of this run's early stop: nothing to train (below) */
-    const int stopped_before = resume && tr_early_stopped(&tr);
+    const int stopped_before = resume && tr.step < c->steps && tr_early_stopped(&tr);
     int early = 0;
     while (tr.step < c->steps && !stopped_before) {
         MR_TRY(tr_trace_step_begin(&tr)); /* the window opens before its first step */
@@ -733,7 +739,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
             c->on_step(c->on_step_ctx, &ts);
         }
         const int last = tr.step == c->steps;
-        if ((c->log_every > 0 && tr.step % c->log_every == 0) || last) log_step(&tr, &L, lr, res);
+        if ((c->log_every > 0 && tr.step % c->log_every == 0) || last) MR_TRY(log_step(&tr, &L, lr, res));
         mr_trace_end(tr.trace.train, span_report, "report");
         if (has_eval(c) && ((c->eval_every > 0 && tr.step % c->eval_every == 0) || last)) {
             const int64_t span_eval = mr_trace_begin(tr.trace.train);
@@ -745,7 +751,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
              * t_last to now dropped the interval's earlier steps from the span while their
              * times and count stayed, which overstated samples/s and gave shares over 100%) */
             L.t_last += tr_now_s() - te;
-            early = tr_early_stop_update(&tr, res);
+            early = tr_early_stop_update(&tr, res) && !last; /* at the last step the run ends anyway */
             mr_trace_end(tr.trace.train, span_eval, "evaluate");
         }
         /* one replica stops for a signal that came at any time during the step; replicas stop on
@@ -775,7 +781,8 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
         }
     }
     if (resume && (res->resumed_from == c->steps || stopped_before)) {
-        /* the checkpoint is the end of this run: nothing to train; report its evaluation */
+        /* the checkpoint is the end of this run: nothing to train; report its evaluation
+         * (stopped_before implies a checkpoint before train.steps) */
         if (!c->quiet && stopped_before) {
             char msg[512];
             tr_early_stop_message(&tr, msg, sizeof msg);

@@ -8,7 +8,7 @@
  *   /state/data_iter/<replica>     the data iterator's state blob (data/data.h)
  *   attributes: step, epoch, optimizer.* (type, hyperparameters, steps), loss_scale.*, rng.*,
  *   metrics.* (the open log interval), early_stop.* (best, best_step, bad: evaluations without
- *   improvement), train.batch/accumulate, world_size, mirror_version,
+ *   improvement; metric and mode: what they count), train.batch/accumulate, world_size, mirror_version,
  *   model, precision, config (the experiment's YAML). */
 #include "train/train_impl.h"
 #include "checkpoint/ckpt.h"
@@ -119,6 +119,8 @@ mr_status tr_ckpt_save(trainer *t, const char *path) {
     MR_TRY(mr_ckpt_writer_attr_f64(w, "early_stop.best", t->es_best));
     MR_TRY(mr_ckpt_writer_attr_i64(w, "early_stop.best_step", t->es_best_step));
     MR_TRY(mr_ckpt_writer_attr_i64(w, "early_stop.bad", t->es_bad));
+    MR_TRY(mr_ckpt_writer_attr_i64(w, "early_stop.metric", t->c.early_stop_metric));
+    MR_TRY(mr_ckpt_writer_attr_i64(w, "early_stop.mode", t->c.early_stop_mode));
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     MR_TRY(mr_ckpt_writer_attr_f64(w, "metrics.time", (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - t->time_origin));
@@ -263,6 +265,16 @@ mr_status tr_ckpt_load(trainer *t, const char *path) {
     st = mr_ckpt_attr_f64(r, "early_stop.best", &t->es_best);
     if (st == MR_OK) st = mr_ckpt_attr_i64(r, "early_stop.best_step", &t->es_best_step);
     if (st == MR_OK) st = mr_ckpt_attr_i64(r, "early_stop.bad", &t->es_bad);
+    int64_t metric = -1, mode = -1;
+    if (st == MR_OK) st = mr_ckpt_attr_i64(r, "early_stop.metric", &metric);
+    if (st == MR_OK) st = mr_ckpt_attr_i64(r, "early_stop.mode", &mode);
+    if (st == MR_OK && (metric != c->early_stop_metric || mode != c->early_stop_mode) && !isnan(t->es_best)) {
+        /* another metric or direction: the best so far means nothing for it */
+        if (c->early_stop_patience > 0 && !c->quiet)
+            mr_log_info("%s: train.early_stop's metric or mode changed since this checkpoint: early stopping counts "
+                        "afresh", path);
+        t->es_best = NAN, t->es_best_step = 0, t->es_bad = 0;
+    }
     if (st == MR_ERR_NOT_FOUND) {
         t->es_best = NAN, t->es_best_step = 0, t->es_bad = 0;
         st = MR_OK;

@@ -95,6 +95,7 @@ typedef struct trainer {
      * carried in checkpoints, so a resumed run counts on */
     double es_best;
     int64_t es_best_step, es_bad;
+    float *tb_grad;         /* TensorBoard's host copy of one gradient (device path; train_tb.c) */
     int64_t train_size;     /* elements of the training source (an epoch) */
     int64_t image_numel;    /* the image map's context: lives as long as the pipeline */
     /* ZeRO-1 (shard_optimizer): this replica owns params [zsh.off, zsh.off + zsh.len) of n; the

@@ -43,20 +43,19 @@ fail:
     return st;
 }
 
-/* Histograms of every parameter and its gradient (host copies on the device path). */
+/* Histograms of every parameter and its gradient. On the device path each gradient is copied to
+ * a host buffer the size of the largest parameter, made at the first histogram and kept. */
 static mr_status histograms(trainer *t, mr_tb *tb, int64_t step) {
     mr_status st = MR_OK;
     const mr_params *ps = t->ps;
-    float *hg = NULL;
     MR_TRY(tr_dev_pull(t)); /* the parameters into the registry */
     const float *g = t->acc ? t->acc : t->grads;
-    if (t->dv.on && !t->zero) { /* the gradient is on the device: a host copy */
-        hg = malloc((size_t)t->n * sizeof *hg);
-        MR_CHECK(hg != NULL, MR_ERR_NOMEM, "trainer: out of memory for gradient histograms");
-        MR_TRY(t->gbe->copy(t->gdev.index, hg, g, (size_t)t->n * sizeof *hg,
-                            t->gdev.kind == MR_DEVICE_CPU ? MR_COPY_H2H : MR_COPY_D2H, t->stream));
-        MR_TRY(t->gbe->stream_sync(t->stream));
-        g = hg;
+    if (t->dv.on && !t->zero && !t->tb_grad) {
+        int64_t most = 0;
+        for (int32_t i = 0; i < mr_params_count(ps); i++)
+            if (mr_params_numel(ps, i) > most) most = mr_params_numel(ps, i);
+        t->tb_grad = malloc((size_t)(most > 0 ? most : 1) * sizeof *t->tb_grad);
+        MR_CHECK(t->tb_grad != NULL, MR_ERR_NOMEM, "trainer: out of memory for gradient histograms");
     }
     char tag[300];
     for (int32_t i = 0; i < mr_params_count(ps); i++) {
@@ -65,11 +64,17 @@ static mr_status histograms(trainer *t, mr_tb *tb, int64_t step) {
         snprintf(tag, sizeof tag, "params/%s", name);
         MR_TRY(mr_tb_histogram(tb, step, tag, mr_params_data(ps, i), k));
         if (t->zero) continue;
+        const float *gi = g + off;
+        if (t->dv.on) { /* the gradient is in the device's memory */
+            MR_TRY(t->gbe->copy(t->gdev.index, t->tb_grad, gi, (size_t)k * sizeof *t->tb_grad,
+                                t->gdev.kind == MR_DEVICE_CPU ? MR_COPY_H2H : MR_COPY_D2H, t->stream));
+            MR_TRY(t->gbe->stream_sync(t->stream));
+            gi = t->tb_grad;
+        }
         snprintf(tag, sizeof tag, "grads/%s", name);
-        MR_TRY(mr_tb_histogram(tb, step, tag, g + off, k));
+        MR_TRY(mr_tb_histogram(tb, step, tag, gi, k));
     }
 fail:
-    free(hg);
     return st;
 }
 

@@ -23,7 +23,6 @@ run=(--quiet --set train.steps=40 --set train.log_every=5 --set train.eval_every
 "$mirror" train "$root/configs/cnn.yaml" "${run[@]}" --set train.steps=30 --set checkpoint.dir="$work/r" >"$work/1.log" 2>&1
 check "the first part trains to step 30" "[ $? -eq 0 ]"
 rm -f "$work/r/ckpt-00000030.h5" # killed after the checkpoint of step 20
-sleep 1
 "$mirror" train "$root/configs/cnn.yaml" "${run[@]}" --set checkpoint.dir="$work/r" >"$work/2.log" 2>&1
 check "the resumed run trains from step 20 to 40" "[ $? -eq 0 ] && grep -q 'at step 20' '$work/2.log'"
 "$py" "$here/tb_reader.py" "$work/r" "$root/proto/tensorboard.proto" >"$work/py.log" 2>&1

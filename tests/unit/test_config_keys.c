@@ -326,6 +326,7 @@ static mr_experiment *base_for(const field *f) {
         e->data.eval.source = MR_SRC_IDX;
         e->train.eval_every = 100;
     }
+    if (!strcmp(f->path, "log.histogram_every")) e->train.log_every = 1; /* histograms come at log steps */
     return e;
 }
 

@@ -243,6 +243,16 @@ static void test_events(void **state) {
     assert_true(h->n_bucket > 100 && h->n_bucket < 1000); /* fine buckets, not all 1550 limits */
     for (int i = 0; i < n; i++) tensorboard__event__free_unpacked(ev[i], NULL);
 
+    /* a second file within the same second sorts after the first (readers go by name), and
+     * neither is overwritten */
+    MR_ASSERT_OK(mr_tb_open(sub, 0, &tb));
+    char path2[4096];
+    snprintf(path2, sizeof path2, "%s", mr_tb_path(tb));
+    mr_tb_close(tb);
+    assert_true(strcmp(path2, path) > 0);
+    assert_int_equal(access(path, F_OK), 0);
+    remove(path2);
+
     /* an unwritable place: MR_ERR_IO naming it */
     char blocked[4300];
     snprintf(blocked, sizeof blocked, "%s/file", dir);

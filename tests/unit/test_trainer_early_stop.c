@@ -113,6 +113,20 @@ static void test_stalled_run_stops(void **state) {
     assert_int_equal(r2.resumed_from, 15);
     assert_int_equal(r2.early_stopped, 20);
 
+    /* the patience runs out at the last step: the run ends there anyway, not "stopped early", and
+     * its resume is a run at train.steps (raising train.steps trains on) */
+    mr_train_cfg c3 = stalling(dir2);
+    c3.steps = 15;
+    MR_ASSERT_OK(mr_train(&c3, &r2));
+    assert_int_equal(r2.steps, 15);
+    assert_int_equal(r2.early_stopped, 0);
+    MR_ASSERT_OK(mr_train(&c3, &r2));
+    assert_int_equal(r2.resumed_from, 15);
+    assert_int_equal(r2.early_stopped, 0);
+    char cmd0[4200];
+    snprintf(cmd0, sizeof cmd0, "rm -rf '%s'/*", dir2);
+    assert_int_equal(system(cmd0), 0);
+
     /* stopped at step 12 (after one evaluation without improvement) and resumed: the same stop */
     mr_train_cfg c2 = stalling(dir2);
     c2.on_step = stop_at;
