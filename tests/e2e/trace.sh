@@ -23,34 +23,7 @@ export OMP_NUM_THREADS=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-cat >"$tmp/exp.yaml" <<YAML
-seed: 1
-model:
-  type: graph
-  input: [1, 28, 28]
-  layers:
-    - conv2d: {out: 16, kernel: 3, pad: 1}
-      name: conv1
-    - relu
-    - maxpool2d: {kernel: 2}
-    - conv2d: {out: 32, kernel: 3, pad: 1}
-      name: conv2
-    - relu
-    - maxpool2d: {kernel: 2}
-    - flatten
-    - linear: {out: 128}
-      name: fc1
-    - relu
-    - linear: {out: 10}
-      name: fc2
-data:
-  train: {source: idx, images: $fm/train-images-idx3-ubyte.gz, labels: $fm/train-labels-idx1-ubyte.gz, shuffle: 1000}
-  eval: {source: idx, images: $fm/t10k-images-idx3-ubyte.gz, labels: $fm/t10k-labels-idx1-ubyte.gz}
-optimizer: {type: adamw, lr: 2.0e-3}
-train: {steps: 8, batch: 64, eval_every: 4, log_every: 4}
-checkpoint: {every: 4, resume: never}
-YAML
-train() { timeout 300 "$mirror" train "$tmp/exp.yaml" "$@"; }
+train() { timeout 300 "$mirror" train "$here/trace_cnn.yaml" "$@"; }
 two=(--set 'distribute.devices=[cpu:0, cpu:1]' --set distribute.bucket_mb=0.2)
 
 # 1. two local replicas, steps 3..6 (an evaluation and a checkpoint at step 4 inside), per-op spans
