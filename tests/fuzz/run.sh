@@ -41,7 +41,8 @@ fi
 
 # ---- build --------------------------------------------------------------------------------------
 # Only what the readers link: core status/dtype/shape/rng and the HDF5 error layer (h5_util.c), data/,
-# checkpoint/, launch/config*.c but config_train.c (the trainer's mapping: devices, not parsing),
+# checkpoint/, launch/config*.c but config_train.c (the trainer's mapping: devices, not parsing), core/trace.c
+# (the plan and the data iterator record spans when a trace window is open),
 # models/ (the config's model defaults, and the layer-graph check: a walk that builds the layers on a
 # scratch graph, so autodiff/ and the op table with its kernels come too; --gc-sections drops the
 # rest). CTest's fuzz.libfuzzer builds this list, so a missing file fails the suite.
@@ -52,7 +53,7 @@ zlib_libs=$(pkg-config --libs zlib 2>/dev/null || echo "-lz")
 lib_sources=(core/status.c core/dtype.c core/shape.c core/rng.c core/h5_util.c data/*.c checkpoint/*.c
              $(ls launch/config*.c | grep -v config_train.c) models/models.c models/layers.c autodiff/*.c
              core/op_table.c core/op_util.c core/ref/*.c core/cpu/*.c core/tensor.c core/device.c core/alloc_cache.c
-             core/vec.c)
+             core/vec.c core/trace.c)
 flags=(-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -fopenmp -ffunction-sections -Wno-pass-failed -I. $hdf5_cflags
        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
 mkdir -p "$out/obj" "$out/bin"
