@@ -235,6 +235,23 @@ mr_status mr_comm_barrier(mr_comm *c) {
     return run(c, &o);
 }
 
+mr_status mr_comm_split(mr_comm *c, int color, mr_comm **out) {
+    mr_status st = MR_OK;
+    int64_t mine = color, *all = NULL;
+    MR_CHECK(c && out, MR_ERR_INVALID, "mr_comm_split: NULL %s", c ? "out" : "communicator");
+    MR_CHECK(color >= 0, MR_ERR_INVALID, "mr_comm_split: color %d (must be >= 0)", color);
+    MR_CHECK(c->backend == MR_COMM_MPI, MR_ERR_UNSUPPORTED, "mr_comm_split: a %s communicator cannot be split (MPI only)",
+             c->vt->name);
+    all = calloc((size_t)c->size, sizeof *all);
+    MR_CHECK(all, MR_ERR_NOMEM, "mr_comm_split: out of memory");
+    MR_TRY(mr_comm_allgather(c, &mine, all, 1, MR_I64)); /* everyone is there: MPI_Comm_split cannot hang */
+    MR_TRY(mr_comm_mpi_split(c, color, out));
+    (*out)->piece_bytes = c->piece_bytes;
+fail:
+    free(all);
+    return st;
+}
+
 void mr_comm_abort(mr_comm *c, int code, const char *why) {
     if (!c) return;
     c->vt->abort(c, code, why ? why : "(no reason given)");

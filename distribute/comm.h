@@ -152,6 +152,14 @@ mr_status mr_comm_hier_new(mr_comm *job, int n_local, double timeout_s, mr_comm 
 
 int mr_comm_launched_multi(void);
 
+/* Splits c into groups: the ranks that pass the same color (>= 0) form one new communicator *out,
+ * ranked in c's order, with c's deadline and piece size; it fails independently of c. Collective
+ * over c: the colors are gathered first with c's deadline (a dead rank fails the call instead of
+ * hanging it) and every rank learns the whole split. MPI communicators only (MR_ERR_UNSUPPORTED
+ * for the others); MR_ERR_INVALID for a negative color. `mirror sweep` runs trials in groups of
+ * ranks this way (launch/sweep.c). */
+mr_status mr_comm_split(mr_comm *c, int color, mr_comm **out) MR_WUR;
+
 /* Frees a communicator (NULL: no-op). For the last MPI communicator of the process, finalises MPI
  * when this module initialised it, unless a collective failed (a pending MPI request would make
  * MPI_Finalize wait forever; the process should abort instead; a live queue's duplicate counts

@@ -85,6 +85,10 @@ const char *mr_comm_strip_loc(const char *msg);
 /* Seconds on a monotonic clock. */
 double mr_comm_now(void);
 
+/* MPI_Comm_split of an MPI communicator (comm_mpi.c) into a new family; mr_comm_split (comm.c)
+ * has already gathered the colors with a deadline, so every rank is known to be there. */
+mr_status mr_comm_mpi_split(mr_comm *c, int color, mr_comm **out) MR_WUR;
+
 /* The hint every deadline message ends with. */
 #define MR_COMM_HINT "HINT: another rank died, hung or is at a different step (compare the collective numbers)"
 

@@ -237,6 +237,23 @@ fail:
     return st;
 }
 
+mr_status mr_comm_mpi_split(mr_comm *c, int color, mr_comm **out) {
+    mr_status st = MR_OK;
+    mpi_ctx *m = c->ctx;
+    MPI_Comm nc = MPI_COMM_NULL;
+    MR_TRY_MPI(MPI_Comm_split(m->comm, color, c->rank, &nc));
+    pthread_mutex_lock(&g_state_mu);
+    st = wrap(nc, NULL, c->timeout_s, out);
+    pthread_mutex_unlock(&g_state_mu);
+    if (st != MR_OK) {
+        call_lock();
+        MPI_Comm_free(&nc);
+        call_unlock();
+    }
+fail:
+    return st;
+}
+
 /* ---- collectives ------------------------------------------------------------------------------- */
 
 static mr_status tmp_reserve(mpi_ctx *m, size_t bytes) {

@@ -33,6 +33,7 @@ static const char *const POLICIES[] = {"float32", "mixed_float16", "mixed_bfloat
 static const char *const BACKENDS[] = {"auto", "nccl", "mpi", "local", NULL};
 static const char *const METHODS[] = {"none", "grid", "random", NULL};
 static const char *const GOALS[] = {"max", "min", NULL};
+static const char *const SWEEP_SCHEDS[] = {"none", "asha", NULL};
 static const char *const ES_METRICS[] = {"eval_loss", "eval_accuracy", "eval_perplexity", NULL};
 static const char *const ES_MODES[] = {"auto", "min", "max", NULL};
 
@@ -106,6 +107,10 @@ const field mr_cfg_fields[] = {
     FE("sweep.method", sweep.method, METHODS), FI("sweep.trials", sweep.trials, 1), FI("sweep.seed", sweep.seed, 0),
     FS("sweep.metric", sweep.metric, F_NONEMPTY), FE("sweep.goal", sweep.goal, GOALS),
     {"sweep.params", K_PARAMS, OFF(sweep), 0, 0, 0, 0, NULL},
+    FI("sweep.ranks_per_trial", sweep.ranks_per_trial, 0), FE("sweep.scheduler.type", sweep.scheduler.type, SWEEP_SCHEDS),
+    FI("sweep.scheduler.min_steps", sweep.scheduler.min_steps, 1),
+    FI("sweep.scheduler.reduction", sweep.scheduler.reduction, 2),
+    FI("sweep.scheduler.max_steps", sweep.scheduler.max_steps, 0),
 };
 const int mr_cfg_n_fields = (int)(sizeof mr_cfg_fields / sizeof mr_cfg_fields[0]);
 #define FIELDS mr_cfg_fields
@@ -655,6 +660,8 @@ mr_experiment mr_experiment_default(void) {
     e.log.progress = 1;
     e.log.tensorboard = 1;
     e.sweep.trials = 10;
+    e.sweep.scheduler.min_steps = 100;
+    e.sweep.scheduler.reduction = 3;
     strcpy(e.sweep.metric, "eval_accuracy");
     return e;
 }
@@ -837,6 +844,12 @@ static mr_status check_impl(const mr_experiment *e, const char *origin, const ke
         return perr(MR_ERR_INVALID, P("sweep.method"), "sweep.method: missing required value (grid or random) for sweep.params");
     if (e->sweep.method != MR_SWEEP_NONE && !e->sweep.n_params)
         return perr(MR_ERR_INVALID, P("sweep.params"), "sweep.params: missing required value for method %s", METHODS[e->sweep.method]);
+    const int64_t max_steps = e->sweep.scheduler.max_steps ? e->sweep.scheduler.max_steps : e->train.steps;
+    if (e->sweep.scheduler.type == MR_SCHED_ASHA && e->sweep.scheduler.min_steps > max_steps)
+        return perr(MR_ERR_INVALID, P("sweep.scheduler.min_steps"), "sweep.scheduler.min_steps: the first rung (%lld steps) "
+                    "is past the last (sweep.scheduler.max_steps or train.steps: %lld); HINT: min_steps=%lld",
+                    (long long)e->sweep.scheduler.min_steps, (long long)max_steps,
+                    (long long)(max_steps / e->sweep.scheduler.reduction > 0 ? max_steps / e->sweep.scheduler.reduction : 1));
     for (int i = 0; i < e->sweep.n_params; i++)
         if (e->sweep.method == MR_SWEEP_GRID && !e->sweep.params[i].n_values)
             return perr(MR_ERR_INVALID, P("sweep.params"), "sweep.params.%s: a {min, max} range needs method random (grid takes lists)",

@@ -52,6 +52,7 @@ typedef enum mr_precision_policy { MR_PREC_F32 = 0, MR_PREC_MIXED_F16 = 1, MR_PR
 typedef enum mr_backend_kind { MR_BACKEND_AUTO = 0, MR_BACKEND_NCCL = 1, MR_BACKEND_MPI = 2, MR_BACKEND_LOCAL = 3 } mr_backend_kind;
 typedef enum mr_sweep_method { MR_SWEEP_NONE = 0, MR_SWEEP_GRID = 1, MR_SWEEP_RANDOM = 2 } mr_sweep_method;
 typedef enum mr_sweep_goal { MR_GOAL_MAX = 0, MR_GOAL_MIN = 1 } mr_sweep_goal;
+typedef enum mr_sweep_sched { MR_SCHED_NONE = 0, MR_SCHED_ASHA = 1 } mr_sweep_sched;
 
 /* One swept key: either a list of values (kept as the scalars' text, applied like --set) or a
  * range {min, max, log} (random sweeps only). */
@@ -113,6 +114,13 @@ typedef struct mr_experiment {
         mr_sweep_goal goal;
         int n_params;
         mr_sweep_param params[MR_SWEEP_MAX_PARAMS];
+        int64_t ranks_per_trial; /* MPI ranks that train one trial (0: all): N / ranks_per_trial trials at once */
+        struct {
+            mr_sweep_sched type;   /* NONE: every trial trains train.steps */
+            int64_t min_steps;     /* the first rung */
+            int64_t reduction;     /* rung k at min_steps * reduction^k; the top 1/reduction go on */
+            int64_t max_steps;     /* the last rung (0: train.steps) */
+        } scheduler;
     } sweep;
     struct {
         int progress;           /* a line per log step (false: only evaluations and messages) */

@@ -14,10 +14,10 @@
 #include "checkpoint/ckpt.h"
 #include "core/log.h"
 #include "distribute/comm.h"
+#include "launch/cli.h"
 #include "launch/config.h"
 #include "train/train.h"
 
-enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 
 static const char *g_usage =
     "usage: mirror <command> [options]\n"
@@ -82,16 +82,6 @@ static const char *g_summary_help =
     "in the configured precision, with the parameter, gradient, optimizer-state and buffer bytes.\n"
     "mirror train prints the same block when it starts (not with --quiet).\n";
 
-static const char *g_sweep_help =
-    "usage: mirror sweep CONFIG [--set key=value ...]\n"
-    "\n"
-    "Expands CONFIG's sweep: section (grid: every combination; random: sweep.trials draws seeded by\n"
-    "sweep.seed) and trains each trial in <checkpoint.dir>/trial-NNN. A trial whose result.txt records\n"
-    "the hash of the configuration it would run now is not run again, so an interrupted sweep\n"
-    "continues where it stopped; a trial run with another configuration (train.steps or the search\n"
-    "space changed) is moved aside to trial-NNN.old-K, named with what changed, and run again.\n"
-    "Writes <checkpoint.dir>/results.csv, a column per swept key, sorted by sweep.metric\n"
-    "(eval_accuracy, eval_loss, eval_perplexity or loss) in the direction of sweep.goal.\n";
 
 static const char *g_doctor_help =
     "usage: mirror doctor\n"
@@ -110,10 +100,12 @@ int mirror_doctor(int argc, char **argv);
  * single process. Lives until exit; on a failure the CLI aborts it so that no rank hangs. */
 static mr_comm *g_job;
 
+mr_comm *mr_cli_job(void) { return g_job; }
+
 /* Prints the last error and a HINT; returns `code`. A message that carries its own
  * "; HINT: ..." (the library knew what to advise) prints that one instead of `hint`. The C source
  * position that raised the error is for developers: MIRROR_LOG=debug prints it. */
-static int fail(int code, const char *hint) {
+int mr_cli_fail(int code, const char *hint) {
     const char *msg = mr_last_error(), *own = strstr(msg, "; HINT: ");
     int len = own ? (int)(own - msg) : (int)strlen(msg);
     if (g_job) fprintf(stderr, "mirror: error: rank %d: %.*s\n", mr_comm_rank(g_job), len, msg);
@@ -125,7 +117,7 @@ static int fail(int code, const char *hint) {
 }
 
 /* Loads CONFIG and applies the --set overrides in argv[first..argc). */
-static mr_status load(int argc, char **argv, int first, mr_experiment *e) {
+mr_status mr_cli_load(int argc, char **argv, int first, mr_experiment *e) {
     /* a path in the file that a --set replaces need not exist: check files after the overrides */
     mr_experiment_defer_file_checks(argc > first);
     mr_status st = mr_experiment_load(argv[first - 1], e);
@@ -159,9 +151,9 @@ static mr_status load(int argc, char **argv, int first, mr_experiment *e) {
 
 /* The model summary of an experiment for one replica's micro-batch (train.batch over train.accumulate
  * and the devices listed; an MPI job divides it further by its ranks). */
-static mr_status print_summary(const mr_experiment *e, FILE *out) {
+static mr_status print_summary(const mr_experiment *e, const mr_comm *comm, FILE *out) {
     int64_t replicas = e->distribute.n_devices > 1 ? e->distribute.n_devices : 1;
-    if (g_job) replicas *= mr_comm_size(g_job);
+    if (comm) replicas *= mr_comm_size(comm);
     const int64_t micro = e->train.batch / (e->train.accumulate * replicas);
     const mr_dtype compute = e->precision.policy == MR_PREC_MIXED_BF16  ? MR_BF16
                              : e->precision.policy == MR_PREC_MIXED_F16 ? MR_F16
@@ -189,20 +181,26 @@ static mr_status save_config(const mr_experiment *e, const char *dir) {
     return MR_OK;
 }
 
-static mr_status run_one(const mr_experiment *e, const char *dir, mr_train_result *r) {
+mr_status mr_cli_run(const mr_experiment *e, const char *dir, const mr_cli_run_opts *o, mr_train_result *r) {
     mr_train_cfg c;
     char *yaml = NULL;
-    const int leader = !g_job || mr_comm_rank(g_job) == 0;
+    mr_comm *comm = o ? o->comm : g_job;
+    const int leader = !comm || mr_comm_rank(comm) == 0;
     /* the configuration, and whether the directory may take this run, before anything is written */
     mr_status st = mr_experiment_train_cfg(e, dir, &c);
+    if (st == MR_OK && o && o->steps > 0) {
+        if (o->horizon > 0 && c.schedule.total == 0) c.schedule.total = o->horizon;
+        c.steps = o->steps;
+    }
+    if (st == MR_OK && o && o->force_resume) c.resume = "auto";
     if (st == MR_OK && leader) st = mr_train_check_run_dir(&c);
     if (st == MR_OK && leader) st = mr_mkdirs(dir);
     if (st == MR_OK && leader) st = save_config(e, dir);
-    c.comm = g_job;
-    if (st == MR_OK && g_job && !leader && e->distribute.rank_logs) {
+    c.comm = comm;
+    if (st == MR_OK && comm && !leader && e->distribute.rank_logs) {
         /* this rank's own log: <dir>/rank-N.log gets its stdout and stderr */
         char log[4200];
-        snprintf(log, sizeof log, "%s/rank-%d.log", dir, mr_comm_rank(g_job));
+        snprintf(log, sizeof log, "%s/rank-%d.log", dir, mr_comm_rank(comm));
         st = mr_mkdirs(dir);
         if (st == MR_OK && (!freopen(log, "w", stdout) || dup2(fileno(stdout), fileno(stderr)) < 0))
             st = mr_set_error(MR_ERR_IO, "distribute.rank_logs: cannot write '%s': %s", log, strerror(errno));
@@ -211,14 +209,14 @@ static mr_status run_one(const mr_experiment *e, const char *dir, mr_train_resul
 
     if (st == MR_OK) st = mr_experiment_to_yaml(e, &yaml);
     c.config_text = yaml;
-    if (st == MR_OK && leader && e->log.progress) st = print_summary(e, stdout);
+    if (st == MR_OK && leader && e->log.progress && !(o && o->quiet_summary)) st = print_summary(e, comm, stdout);
     if (st == MR_OK) st = mr_train(&c, r);
     free(yaml);
     return st;
 }
 
 /* MPI when this process is one of several ranks (mpirun, srun) or the config asks for it. */
-static mr_status start_job(const mr_experiment *e) {
+mr_status mr_cli_start_job(const mr_experiment *e) {
     if (g_job) return MR_OK;
     if (e->distribute.backend == MR_BACKEND_LOCAL) return MR_OK;
     if (!mr_comm_launched_multi() && e->distribute.backend != MR_BACKEND_MPI) return MR_OK;
@@ -230,14 +228,21 @@ static mr_status start_job(const mr_experiment *e) {
 
 /* Ends the job with exit code `code`: a failed rank takes the others down (they would otherwise
  * wait for it until their deadline); a clean end finalizes MPI. */
-static int end_job(int code) {
+int mr_cli_end_job(int code) {
     if (g_job && code != 0 && code < 128) mr_comm_abort(g_job, code, "this rank failed (its error is above)");
     mr_comm_free(g_job);
     g_job = NULL;
     return code;
 }
 
-static void on_preempt(int signo) { mr_train_request_stop(signo); }
+static volatile sig_atomic_t g_stop_signal; /* the first stop signal (mr_cli_stop_signal) */
+
+int mr_cli_stop_signal(void) { return (int)g_stop_signal; }
+
+static void on_preempt(int signo) {
+    if (!g_stop_signal) g_stop_signal = signo;
+    mr_train_request_stop(signo);
+}
 
 /* Ctrl-C: the first asks for a checkpoint after the current step (exit 130, as SIGTERM); the
  * second stops at once, by the default action, so the shell sees a process killed by SIGINT.
@@ -248,6 +253,7 @@ static void on_interrupt(int signo) {
                                 "once, without one)\n";
     static const char second[] = "\nmirror: interrupted again: stopping now, without a checkpoint\n";
     if (g_interrupts++ == 0) {
+        if (!g_stop_signal) g_stop_signal = signo;
         mr_train_request_stop(signo);
         if (write(STDERR_FILENO, first, sizeof first - 1) < 0) return;
         return;
@@ -259,7 +265,7 @@ static void on_interrupt(int signo) {
 
 /* SIGTERM (Slurm, Kubernetes, mpirun's teardown) and SIGUSR1 (Slurm's --signal=USR1@N warning)
  * make the trainer checkpoint and stop after the current step; so does a first SIGINT (Ctrl-C). */
-static void install_preemption_handlers(void) {
+void mr_cli_install_preemption_handlers(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_preempt;
@@ -276,31 +282,31 @@ static int cmd_train(int argc, char **argv) {
         return argc < 3 ? EXIT_USAGE : 0;
     }
     mr_experiment e = mr_experiment_default();
-    mr_status st = load(argc, argv, 3, &e);
+    mr_status st = mr_cli_load(argc, argv, 3, &e);
     if (st != MR_OK) {
         mr_experiment_deinit(&e);
-        return fail(EXIT_USAGE, "fix the key named above in the config file or the --set argument "
+        return mr_cli_fail(EXIT_USAGE, "fix the key named above in the config file or the --set argument "
                                 "(see README.md, \"Experiments\")");
     }
     char dir[MR_CFG_PATH_MAX];
     snprintf(dir, sizeof dir, "%s", e.checkpoint.dir[0] ? e.checkpoint.dir : "runs/default");
     mr_train_result r;
-    install_preemption_handlers();
-    st = start_job(&e);
-    if (st == MR_OK) st = run_one(&e, dir, &r);
+    mr_cli_install_preemption_handlers();
+    st = mr_cli_start_job(&e);
+    if (st == MR_OK) st = mr_cli_run(&e, dir, NULL, &r);
     mr_experiment_deinit(&e);
-    if (st == MR_ERR_UNSUPPORTED || st == MR_ERR_INVALID) return end_job(fail(EXIT_USAGE, "change the setting named above"));
+    if (st == MR_ERR_UNSUPPORTED || st == MR_ERR_INVALID) return mr_cli_end_job(mr_cli_fail(EXIT_USAGE, "change the setting named above"));
     if (st == MR_ERR_FORMAT || st == MR_ERR_NOT_FOUND)
-        return end_job(fail(EXIT_RUNTIME, "the file named above is damaged or not in the format expected: replace it, "
+        return mr_cli_end_job(mr_cli_fail(EXIT_RUNTIME, "the file named above is damaged or not in the format expected: replace it, "
                                           "or point the config at another (data.*, checkpoint.resume)"));
     if (st != MR_OK)
-        return end_job(fail(EXIT_RUNTIME, "see the message above; metrics so far and the last checkpoint are in the run "
+        return mr_cli_end_job(mr_cli_fail(EXIT_RUNTIME, "see the message above; metrics so far and the last checkpoint are in the run "
                                           "directory (running the same command resumes from it)"));
-    if (g_job && mr_comm_rank(g_job) != 0) return end_job(r.stopped_by ? 128 + r.stopped_by : 0);
+    if (g_job && mr_comm_rank(g_job) != 0) return mr_cli_end_job(r.stopped_by ? 128 + r.stopped_by : 0);
     if (r.stopped_by) {
         printf("stopped by signal %d after step %lld; checkpoint %s; run the same command to resume\n", r.stopped_by,
                (long long)r.steps, r.checkpoint[0] ? r.checkpoint : "(none: checkpoint.dir is not set)");
-        return end_job(128 + r.stopped_by);
+        return mr_cli_end_job(128 + r.stopped_by);
     }
     if (r.resumed_from > 0 && r.resumed_from == r.steps) {
         /* nothing was trained: no loss to report; the evaluation of the checkpoint is real */
@@ -312,7 +318,7 @@ static int cmd_train(int argc, char **argv) {
         if (!isnan(r.eval_perplexity)) printf("; eval perplexity %.3f", r.eval_perplexity);
         printf("\nHINT: raise %s to train on, or set checkpoint.dir to a new directory to start over\n",
                r.early_stopped ? "train.early_stop.patience" : "train.steps");
-        return end_job(0);
+        return mr_cli_end_job(0);
     }
     printf("trained %lld steps in %.1f s: loss %.4f", (long long)r.steps, r.seconds, r.last_loss);
     if (r.early_stopped)
@@ -322,7 +328,7 @@ static int cmd_train(int argc, char **argv) {
     if (!isnan(r.eval_perplexity)) printf(", eval perplexity %.3f", r.eval_perplexity);
     printf("; run directory %s\n", dir);
     if (r.sample[0]) printf("\nsample:\n%s\n", r.sample);
-    return end_job(0);
+    return mr_cli_end_job(0);
 }
 
 static int cmd_summary(int argc, char **argv) {
@@ -331,10 +337,10 @@ static int cmd_summary(int argc, char **argv) {
         return argc < 3 ? EXIT_USAGE : 0;
     }
     mr_experiment e = mr_experiment_default();
-    mr_status st = load(argc, argv, 3, &e);
-    if (st == MR_OK) st = print_summary(&e, stdout);
+    mr_status st = mr_cli_load(argc, argv, 3, &e);
+    if (st == MR_OK) st = print_summary(&e, g_job, stdout);
     mr_experiment_deinit(&e);
-    return st == MR_OK ? 0 : fail(EXIT_USAGE, "fix the key named above in the config file or the --set argument "
+    return st == MR_OK ? 0 : mr_cli_fail(EXIT_USAGE, "fix the key named above in the config file or the --set argument "
                                                             "(see README.md, \"Experiments\" and \"Models\")");
 }
 
@@ -346,7 +352,7 @@ static int cmd_eval(int argc, char **argv) {
     /* --checkpoint PATH is taken out; the rest are --set overrides */
     const char *ckpt = NULL;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
-    if (!rest) return fail(EXIT_RUNTIME, NULL);
+    if (!rest) return mr_cli_fail(EXIT_RUNTIME, NULL);
     int n = 0;
     for (int i = 0; i < argc; i++) {
         if (i >= 3 && !strcmp(argv[i], "--checkpoint") && i + 1 < argc) ckpt = argv[++i];
@@ -354,14 +360,14 @@ static int cmd_eval(int argc, char **argv) {
         else rest[n++] = argv[i];
     }
     mr_experiment e = mr_experiment_default();
-    mr_status st = load(n, rest, 3, &e);
+    mr_status st = mr_cli_load(n, rest, 3, &e);
     free(rest);
     int code = 0;
     char latest[4096], dir[MR_CFG_PATH_MAX];
     mr_train_cfg c;
     mr_train_result r;
     if (st != MR_OK) {
-        code = fail(EXIT_USAGE, "fix the key named above in the config file or the --set argument");
+        code = mr_cli_fail(EXIT_USAGE, "fix the key named above in the config file or the --set argument");
         goto done;
     }
     snprintf(dir, sizeof dir, "%s", e.checkpoint.dir[0] ? e.checkpoint.dir : "runs/default");
@@ -369,7 +375,7 @@ static int cmd_eval(int argc, char **argv) {
         int64_t step = 0;
         int found = 0;
         if (mr_ckpt_latest(dir, latest, sizeof latest, &step, &found) != MR_OK) {
-            code = fail(EXIT_RUNTIME, NULL);
+            code = mr_cli_fail(EXIT_RUNTIME, NULL);
             goto done;
         }
         if (!found) {
@@ -391,7 +397,7 @@ static int cmd_eval(int argc, char **argv) {
                    "previous checkpoints are next to it)";
         else if (st == MR_ERR_NOT_FOUND || st == MR_ERR_IO)
             hint = "check the path given to --checkpoint";
-        code = fail(st == MR_ERR_NOMEM || st == MR_ERR_INTERNAL ? EXIT_RUNTIME : EXIT_USAGE, hint);
+        code = mr_cli_fail(st == MR_ERR_NOMEM || st == MR_ERR_INTERNAL ? EXIT_RUNTIME : EXIT_USAGE, hint);
         goto done;
     }
     printf("%s (step %lld): eval loss %.6f", ckpt, (long long)r.steps, r.eval_loss);
@@ -454,7 +460,7 @@ static int cmd_inspect(int argc, char **argv) {
     int nn = 0, na = 0, code = 0;
     mr_status ost = mr_ckpt_open(path, MR_CKPT_FOREIGN, &rd);
     if (ost != MR_OK) {
-        code = fail(EXIT_USAGE, ost == MR_ERR_FORMAT ? "the file is truncated, corrupt or not HDF5; resume: auto skips such a "
+        code = mr_cli_fail(EXIT_USAGE, ost == MR_ERR_FORMAT ? "the file is truncated, corrupt or not HDF5; resume: auto skips such a "
                                                        "file and takes the newest checkpoint that verifies"
                                                      : "check the path");
         goto done;
@@ -464,7 +470,7 @@ static int cmd_inspect(int argc, char **argv) {
     const int foreign = mr_ckpt_attr_str(rd, "format", &format) != MR_OK || strcmp(format, MR_CKPT_FORMAT) != 0;
     free(format);
     if (mr_ckpt_attr_names(rd, &attrs, &na) != MR_OK || mr_ckpt_list(rd, "params", &names, &nn) != MR_OK) {
-        code = fail(EXIT_USAGE, foreign ? "mirror reads its own checkpoints and HDF5 files with /params/<name> datasets "
+        code = mr_cli_fail(EXIT_USAGE, foreign ? "mirror reads its own checkpoints and HDF5 files with /params/<name> datasets "
                                           "(a PyTorch state_dict saved with h5py)"
                                         : "the file is damaged; resume: auto skips it and takes the newest checkpoint "
                                           "that verifies");
@@ -494,20 +500,20 @@ static int cmd_inspect(int argc, char **argv) {
     int64_t total = 0;
     printf("parameters (%d):\n", nn);
     if (print_group(rd, "params", &total) != MR_OK) {
-        code = fail(EXIT_RUNTIME, "the file is damaged: resume falls back to the checkpoint before it");
+        code = mr_cli_fail(EXIT_RUNTIME, "the file is damaged: resume falls back to the checkpoint before it");
         goto done;
     }
     printf("  total %lld values\n", (long long)total);
     int64_t btotal = 0;
     printf("buffers (batch norm's running statistics):\n");
     if (print_group(rd, "buffers", &btotal) != MR_OK) {
-        code = fail(EXIT_RUNTIME, "the file is damaged: resume falls back to the checkpoint before it");
+        code = mr_cli_fail(EXIT_RUNTIME, "the file is damaged: resume falls back to the checkpoint before it");
         goto done;
     }
     int64_t ototal = 0;
     printf("optimizer state:\n");
     if (print_group(rd, "optimizer", &ototal) != MR_OK) {
-        code = fail(EXIT_RUNTIME, "the file is damaged: resume falls back to the checkpoint before it");
+        code = mr_cli_fail(EXIT_RUNTIME, "the file is damaged: resume falls back to the checkpoint before it");
         goto done;
     }
     if (mr_ckpt_attr_str(rd, "config", &config) == MR_OK && config[0]) printf("config:\n%s", config);
@@ -515,10 +521,10 @@ static int cmd_inspect(int argc, char **argv) {
     if (foreign) {
         mr_set_error(MR_ERR_FORMAT, "%s is not a mirror checkpoint (no 'format' attribute: another tool wrote it); its "
                                     "parameters are listed above", path);
-        code = fail(EXIT_USAGE, "such a file can start a run (checkpoint.init_from) or be evaluated (mirror eval CONFIG "
+        code = mr_cli_fail(EXIT_USAGE, "such a file can start a run (checkpoint.init_from) or be evaluated (mirror eval CONFIG "
                                 "--checkpoint PATH), not resumed");
     } else if (mr_ckpt_verify(path) != MR_OK) {
-        code = fail(EXIT_RUNTIME, "the file is damaged: resume falls back to the checkpoint before it");
+        code = mr_cli_fail(EXIT_RUNTIME, "the file is damaged: resume falls back to the checkpoint before it");
     }
 done:
     mr_ckpt_names_free(names, nn);
@@ -527,315 +533,10 @@ done:
     return code;
 }
 
-typedef struct trial_row {
-    int index;
-    double metric, loss, seconds;
-    char dir[4096];
-} trial_row;
-
-static int cmp_rows_max(const void *a, const void *b) {
-    const trial_row *x = a, *y = b;
-    return (x->metric < y->metric) - (x->metric > y->metric);
-}
-
-static int cmp_rows_min(const void *a, const void *b) { return -cmp_rows_max(a, b); }
-
-static double pick_metric(const char *m, const mr_train_result *r) {
-    if (!strcmp(m, "eval_loss")) return r->eval_loss;
-    if (!strcmp(m, "eval_perplexity")) return r->eval_perplexity;
-    if (!strcmp(m, "loss")) return r->last_loss;
-    return r->eval_accuracy;
-}
-
-/* Calls fn(ctx, dotted key, value) for every scalar line of YAML as mr_experiment_to_yaml writes it
- * (two spaces per level; "name:" alone opens a section). Stops when fn returns non-zero. */
-static void yaml_scalars(const char *yaml, int (*fn)(void *, const char *, const char *), void *ctx) {
-    char sect[8][64] = {{0}}, key[1600], line[1024];
-    for (const char *p = yaml; p && *p;) {
-        const char *nl = strchr(p, '\n');
-        size_t len = nl ? (size_t)(nl - p) : strlen(p);
-        snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line ? len : sizeof line - 1), p);
-        p = nl ? nl + 1 : NULL;
-        int sp = 0;
-        while (line[sp] == ' ') sp++;
-        int depth = sp / 2;
-        char *colon = strchr(line + sp, ':');
-        if (line[sp] == '#' || !line[sp] || !colon || depth >= 8) continue;
-        *colon = '\0';
-        const char *val = colon[1] == ' ' ? colon + 2 : colon + 1;
-        if (!*val) { /* a section */
-            snprintf(sect[depth], sizeof sect[depth], "%.63s", line + sp);
-            continue;
-        }
-        key[0] = '\0';
-        for (int d = 0; d < depth; d++)
-            snprintf(key + strlen(key), sizeof key - strlen(key), "%s.", sect[d]);
-        snprintf(key + strlen(key), sizeof key - strlen(key), "%s", line + sp);
-        if (fn(ctx, key, val)) return;
-    }
-}
-
-typedef struct yaml_find {
-    const char *key;
-    char *out;
-    size_t cap;
-    int found;
-} yaml_find;
-
-static int find_one(void *ctx, const char *key, const char *val) {
-    yaml_find *f = ctx;
-    if (strcmp(key, f->key)) return 0;
-    size_t n = strlen(val);
-    if (n >= 2 && val[0] == '\'' && val[n - 1] == '\'') snprintf(f->out, f->cap, "%.*s", (int)(n - 2), val + 1);
-    else snprintf(f->out, f->cap, "%s", val);
-    f->found = 1;
-    return 1;
-}
-
-/* The value of a dotted key in to_yaml's text (quotes removed) into out; 0 when absent. */
-static int yaml_value(const char *yaml, const char *key, char *out, size_t cap) {
-    yaml_find f = {key, out, cap, 0};
-    out[0] = '\0';
-    yaml_scalars(yaml, find_one, &f);
-    return f.found;
-}
-
-typedef struct yaml_cmp {
-    const char *other;
-    char *why;
-    size_t cap;
-    int n;            /* keys that differ */
-    int only_missing; /* count only keys that other lacks */
-} yaml_cmp;
-
-static int cmp_one(void *ctx, const char *key, const char *val) {
-    yaml_cmp *c = ctx;
-    char was[512];
-    int had = yaml_value(c->other, key, was, sizeof was);
-    if (had && c->only_missing) return 0;
-    char now[512];
-    size_t n = strlen(val);
-    snprintf(now, sizeof now, "%.*s", (int)(n >= 2 && val[0] == '\'' && val[n - 1] == '\'' ? n - 2 : n),
-             n >= 2 && val[0] == '\'' && val[n - 1] == '\'' ? val + 1 : val);
-    if (had && !strcmp(was, now)) return 0;
-    if (c->n++ == 0) snprintf(c->why, c->cap, "%s: %s -> %s", key, had ? was : "(not set)", now);
-    return 0;
-}
-
-/* What differs between the configuration a trial ran (old) and the one it would run now (now),
- * e.g. "train.steps: 30 -> 40 (and 1 more key)"; "" when no key differs. */
-static void config_change(const char *old, const char *now, char *why, size_t cap) {
-    yaml_cmp c = {old, why, cap, 0, 0};
-    why[0] = '\0';
-    yaml_scalars(now, cmp_one, &c);
-    char first[600];
-    snprintf(first, sizeof first, "%s", why);
-    char gone[600] = "";
-    yaml_cmp back = {now, gone, sizeof gone, 0, 1}; /* keys the old run had and this one lacks */
-    yaml_scalars(old, cmp_one, &back);
-    int more = c.n + back.n - 1;
-    if (!c.n && back.n) snprintf(first, sizeof first, "%s", gone);
-    if (more > 0) snprintf(why, cap, "%s (and %d more key%s)", first, more, more > 1 ? "s" : "");
-    else snprintf(why, cap, "%s", first);
-}
-
-/* Reads a whole (small) file into a malloc'd string; NULL when it cannot be read. */
-static char *read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    size_t len = 0, cap = 0, got;
-    char chunk[4096];
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        if (len + got + 1 > cap) {
-            cap = 2 * (len + got + 1);
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            buf = nb;
-        }
-        memcpy(buf + len, chunk, got);
-        len += got;
-    }
-    fclose(f);
-    if (!buf && !(buf = malloc(1))) return NULL;
-    buf[len] = '\0';
-    return buf;
-}
-
-/* Moves a trial directory of another configuration aside, to <dir>.old-N (the first free N), so
- * that its checkpoints are neither resumed nor pruned by the new run. The new name in moved. */
-static mr_status move_aside(const char *dir, char *moved, size_t cap) {
-    struct stat sb;
-    for (int k = 1; k < 10000; k++) {
-        snprintf(moved, cap, "%s.old-%d", dir, k);
-        if (stat(moved, &sb) == 0) continue;
-        if (rename(dir, moved) != 0)
-            return mr_set_error(MR_ERR_IO, "cannot move '%s' to '%s': %s", dir, moved, strerror(errno));
-        return MR_OK;
-    }
-    return mr_set_error(MR_ERR_IO, "cannot move '%s' aside: %s.old-1 to -9999 all exist", dir, dir);
-}
-
-/* One CSV field: quoted when it holds a comma, a quote or a newline. */
-static void csv_field(FILE *f, const char *s) {
-    if (!strpbrk(s, ",\"\n")) {
-        fputs(s, f);
-        return;
-    }
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"') fputc('"', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
-static int cmd_sweep(int argc, char **argv) {
-    if (argc < 3 || !strcmp(argv[2], "--help") || !strcmp(argv[2], "-h")) {
-        fputs(g_sweep_help, argc < 3 ? stderr : stdout);
-        return argc < 3 ? EXIT_USAGE : 0;
-    }
-    mr_experiment e = mr_experiment_default();
-    mr_experiment *trials = NULL;
-    int n = 0, code = 0;
-    char **yamls = NULL;
-    mr_status st = load(argc, argv, 3, &e);
-    if (st == MR_OK && e.sweep.method == MR_SWEEP_NONE)
-        st = mr_set_error(MR_ERR_INVALID, "%s: has no sweep: section", argv[2]);
-    if (st == MR_OK) st = mr_sweep_expand(&e, &trials, &n);
-    if (st != MR_OK) {
-        mr_experiment_deinit(&e);
-        return fail(EXIT_USAGE, "fix the sweep section named above (see README.md, \"Sweeps\")");
-    }
-    const char *base = e.checkpoint.dir[0] ? e.checkpoint.dir : "runs/sweep";
-    trial_row *rows = calloc((size_t)n, sizeof *rows);
-    yamls = calloc((size_t)n, sizeof *yamls);
-    if (!rows || !yamls || mr_mkdirs(base) != MR_OK) {
-        if (!rows || !yamls) mr_set_error(MR_ERR_NOMEM, "sweep: out of memory for %d trials", n);
-        code = fail(EXIT_RUNTIME, NULL);
-        goto done;
-    }
-    for (int t = 0; t < n; t++) {
-        char *dir = rows[t].dir, result[4200], cfgpath[4200], why[700] = "", moved[4200];
-        uint64_t hash = 0;
-        snprintf(dir, sizeof rows[t].dir, "%s/trial-%03d", base, t);
-        snprintf(result, sizeof result, "%s/result.txt", dir);
-        snprintf(cfgpath, sizeof cfgpath, "%s/config.yaml", dir);
-        rows[t].index = t;
-        /* what this trial runs now: its resolved configuration and that text's hash */
-        if ((st = mr_experiment_to_yaml(&trials[t], &yamls[t])) != MR_OK ||
-            (st = mr_experiment_hash(&trials[t], &hash)) != MR_OK) {
-            code = fail(EXIT_RUNTIME, NULL);
-            goto done;
-        }
-        char *old = read_text(cfgpath);
-        FILE *f = fopen(result, "r");
-        if (f) { /* finished in an earlier run: it counts only for the same configuration */
-            unsigned long long was = 0;
-            int ok = fscanf(f, "metric %lf loss %lf seconds %lf config_hash %llx", &rows[t].metric, &rows[t].loss,
-                            &rows[t].seconds, &was) == 4;
-            fclose(f);
-            if (ok && was == hash) {
-                printf("trial %d/%d: done before, %s = %g\n", t + 1, n, e.sweep.metric, rows[t].metric);
-                free(old);
-                continue;
-            }
-            if (old) config_change(old, yamls[t], why, sizeof why);
-            if (!why[0]) snprintf(why, sizeof why, "%s", ok ? "its config.yaml is missing or unreadable"
-                                                            : "its result.txt records no configuration hash");
-        } else if (old && strcmp(old, yamls[t])) { /* an unfinished run of another configuration */
-            config_change(old, yamls[t], why, sizeof why);
-            if (!why[0]) snprintf(why, sizeof why, "its config.yaml differs");
-        }
-        free(old);
-        if (why[0]) { /* never resume or report another configuration's run: move it aside */
-            if ((st = move_aside(dir, moved, sizeof moved)) != MR_OK) {
-                code = fail(EXIT_RUNTIME, "move or delete the trial directory named above, then run the sweep again");
-                goto done;
-            }
-            printf("trial %d/%d: %s was run with another configuration (%s): moved to %s; running it again\n", t + 1, n,
-                   dir, why, moved);
-        }
-        printf("trial %d/%d\n", t + 1, n);
-        mr_train_result r;
-        st = run_one(&trials[t], dir, &r);
-        if (st != MR_OK) {
-            code = fail(st == MR_ERR_INVALID || st == MR_ERR_UNSUPPORTED ? EXIT_USAGE : EXIT_RUNTIME,
-                        "fix the trial's setting or data; finished trials will be skipped when run again");
-            goto done;
-        }
-        rows[t].metric = pick_metric(e.sweep.metric, &r);
-        rows[t].loss = r.last_loss;
-        rows[t].seconds = r.seconds;
-        f = fopen(result, "w");
-        int written = f && fprintf(f, "metric %.17g\nloss %.17g\nseconds %.17g\nconfig_hash %016llx\n", rows[t].metric,
-                                   rows[t].loss, rows[t].seconds, (unsigned long long)hash) >= 0;
-        if (f && fclose(f) != 0) written = 0;
-        if (!written) {
-            mr_set_error(MR_ERR_IO, "cannot write '%s': %s", result, strerror(errno));
-            code = fail(EXIT_RUNTIME, NULL);
-            goto done;
-        }
-    }
-    /* one column per swept key, its value as the trial's config.yaml has it */
-    char (*vals)[MR_SWEEP_MAX_PARAMS][128] = calloc((size_t)n, sizeof *vals);
-    if (!vals) {
-        mr_set_error(MR_ERR_NOMEM, "sweep: out of memory for results.csv");
-        code = fail(EXIT_RUNTIME, NULL);
-        goto done;
-    }
-    for (int t = 0; t < n; t++)
-        for (int p = 0; p < e.sweep.n_params; p++) yaml_value(yamls[t], e.sweep.params[p].key, vals[t][p], sizeof vals[t][p]);
-    qsort(rows, (size_t)n, sizeof *rows, e.sweep.goal == MR_GOAL_MIN ? cmp_rows_min : cmp_rows_max);
-    char csv[4096];
-    snprintf(csv, sizeof csv, "%s/results.csv", base);
-    FILE *f = fopen(csv, "w");
-    if (!f) {
-        free(vals);
-        mr_set_error(MR_ERR_IO, "cannot write '%s': %s", csv, strerror(errno));
-        code = fail(EXIT_RUNTIME, NULL);
-        goto done;
-    }
-    fprintf(f, "trial,dir");
-    for (int p = 0; p < e.sweep.n_params; p++) {
-        fputc(',', f);
-        csv_field(f, e.sweep.params[p].key);
-    }
-    fprintf(f, ",%s,loss,seconds\n", e.sweep.metric);
-    for (int t = 0; t < n; t++) {
-        fprintf(f, "%d,", rows[t].index);
-        csv_field(f, rows[t].dir);
-        for (int p = 0; p < e.sweep.n_params; p++) {
-            fputc(',', f);
-            csv_field(f, vals[rows[t].index][p]);
-        }
-        fprintf(f, ",%.6g,%.6g,%.6g\n", rows[t].metric, rows[t].loss, rows[t].seconds);
-    }
-    free(vals);
-    if (fclose(f) != 0) {
-        mr_set_error(MR_ERR_IO, "cannot write '%s': %s", csv, strerror(errno));
-        code = fail(EXIT_RUNTIME, NULL);
-        goto done;
-    }
-    printf("%d trials; best %s = %g (trial %d); results in %s\n", n, e.sweep.metric, rows[0].metric, rows[0].index, csv);
-done:
-    if (yamls)
-        for (int t = 0; t < n; t++) free(yamls[t]);
-    free(yamls);
-    free(rows);
-    mr_sweep_free(trials, n);
-    mr_experiment_deinit(&e);
-    return code;
-}
-
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         if (argc >= 3 && !strcmp(argv[2], "train")) fputs(g_train_help, stdout);
-        else if (argc >= 3 && !strcmp(argv[2], "sweep")) fputs(g_sweep_help, stdout);
+        else if (argc >= 3 && !strcmp(argv[2], "sweep")) fputs(mr_cli_sweep_help, stdout);
         else if (argc >= 3 && !strcmp(argv[2], "eval")) fputs(g_eval_help, stdout);
         else if (argc >= 3 && !strcmp(argv[2], "inspect")) fputs(g_inspect_help, stdout);
         else if (argc >= 3 && !strcmp(argv[2], "summary")) fputs(g_summary_help, stdout);
@@ -852,7 +553,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(argv[1], "train")) return cmd_train(argc, argv);
-    if (!strcmp(argv[1], "sweep")) return cmd_sweep(argc, argv);
+    if (!strcmp(argv[1], "sweep")) return mr_cli_sweep(argc, argv);
     if (!strcmp(argv[1], "eval")) return cmd_eval(argc, argv);
     if (!strcmp(argv[1], "inspect")) return cmd_inspect(argc, argv);
     if (!strcmp(argv[1], "summary")) return cmd_summary(argc, argv);

@@ -131,7 +131,7 @@ echo "$out" | tail -2
 check "sweep exits 0" "[ $rc -eq 0 ]"
 check "results.csv has 2 trials" "[ \$(wc -l < '$tmp/sweep/results.csv') -eq 3 ]"
 check "results.csv has a column per swept key and each trial's value" \
-      "head -1 $tmp/sweep/results.csv | grep -qx 'trial,dir,optimizer.lr,eval_accuracy,loss,seconds' && grep -q '^0,$tmp/sweep/trial-000,0.001,' $tmp/sweep/results.csv && grep -q '^1,$tmp/sweep/trial-001,0.003,' $tmp/sweep/results.csv"
+      "head -1 $tmp/sweep/results.csv | grep -qx 'trial,dir,optimizer.lr,eval_accuracy,loss,rung,steps,seconds,stopped' && grep -q '^0,$tmp/sweep/trial-000,0.001,' $tmp/sweep/results.csv && grep -q '^1,$tmp/sweep/trial-001,0.003,' $tmp/sweep/results.csv"
 out=$("$mirror" sweep "$tmp/sweep.yaml" 2>&1); rc=$?
 check "a second sweep run skips finished trials" "[ $rc -eq 0 ] && [ \$(echo \"\$out\" | grep -c 'done before') -eq 2 ]"
 # train.steps changed: no trial counts; each is moved aside (never resumed from) and run again
@@ -144,7 +144,7 @@ check "...the old trials are kept aside and the new ones trained from step 0 to 
 # the search space changed: the trial whose value stayed counts, the other reruns
 out=$("$mirror" sweep "$tmp/sweep.yaml" --set train.steps=40 --set 'sweep.params.optimizer.lr=[1.0e-3, 1.0e-2]' 2>&1); rc=$?
 check "after the search space changed, the unchanged trial counts and the changed one reruns" \
-      "[ $rc -eq 0 ] && echo \"\$out\" | grep -q '^trial 1/2: done before' && echo \"\$out\" | grep -q 'trial-001 was run with another configuration (optimizer.lr: 0.003 -> 0.01)'"
+      "[ $rc -eq 0 ] && echo \"\$out\" | grep -q '^trial-000: done before' && echo \"\$out\" | grep -q 'trial-001 was run with another configuration (optimizer.lr: 0.003 -> 0.01)'"
 check "...and results.csv lists the new value" "grep -q '^1,$tmp/sweep/trial-001,0.01,' $tmp/sweep/results.csv && [ \$(wc -l < $tmp/sweep/results.csv) -eq 3 ]"
 
 # 4. a tiny character-level GPT on a text file: the loss falls and a sample is printed

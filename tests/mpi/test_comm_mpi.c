@@ -173,6 +173,25 @@ static void test_broadcast(mr_comm *c) {
     free(b);
 }
 
+/* mr_comm_split: groups of two consecutive ranks (a last odd rank alone), each an independent
+ * communicator ranked in the parent's order; its all-reduce sums only its members; a negative
+ * color is refused. */
+static void test_split(mr_comm *c) {
+    mr_comm *g = NULL;
+    const int color = g_rank / 2, first = 2 * color, members = first + 1 < g_size ? 2 : 1;
+    OK(c, mr_comm_split(c, color, &g));
+    CHECK(g && mr_comm_size(g) == members && mr_comm_rank(g) == g_rank - first, "split: rank %d of %d, want %d of %d",
+          mr_comm_rank(g), mr_comm_size(g), g_rank - first, members);
+    CHECK(mr_comm_backend_of(g) == MR_COMM_MPI && mr_comm_timeout(g) == mr_comm_timeout(c), "split: backend or deadline");
+    int64_t v = g_rank + 1, want = 0;
+    for (int r = first; r < first + members; r++) want += r + 1;
+    OK(c, mr_comm_allreduce(g, &v, 1, MR_I64, MR_REDUCE_SUM));
+    CHECK(v == want, "split group %d: all-reduce %lld, want %lld", color, (long long)v, (long long)want);
+    mr_comm_free(g);
+    mr_comm *bad = NULL;
+    CHECK(mr_comm_split(c, -1, &bad) == MR_ERR_INVALID && !bad, "split: color -1 accepted");
+}
+
 /* Allgather and reduce-scatter, whole and (after shrinking the piece size) in pieces. */
 static void test_gather_scatter(mr_comm *c) {
     static const int64_t sizes[] = {0, 1, 7, 5000};
@@ -358,6 +377,7 @@ int main(int argc, char **argv) {
     test_gather_scatter(c);
     test_queue(c);
     test_clock(c);
+    test_split(c);
     OK(c, mr_comm_barrier(c));
     /* everybody's verdict, so that every rank exits with the same code */
     int64_t fails = g_fails;

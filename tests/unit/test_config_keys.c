@@ -24,14 +24,19 @@
 static const struct {
     const char *key, *why;
 } EXEMPT[] = {
-    {"checkpoint.dir", "the run directory: main.c passes it (a sweep: trial-NNN under it) as run_dir; tests/e2e/cli.sh"},
+    {"checkpoint.dir", "the run directory: main.c passes it (a sweep: trial-NNN under it, launch/sweep.c) as run_dir; tests/e2e/cli.sh"},
     {"distribute.backend", "main.c start_job: mpi starts MPI, local never does (nccl without GPUs is refused by the "
                            "mapping: test_backend_nccl below); tests/mpi/train.sh"},
     {"sweep.method", "mr_sweep_expand makes the trials before the mapping; test_config test_sweep_grid/random"},
     {"sweep.trials", "mr_sweep_expand; test_config test_sweep_random"},
     {"sweep.seed", "mr_sweep_expand; test_config test_sweep_random"},
-    {"sweep.metric", "main.c sorts results.csv by it; tests/e2e/cli.sh"},
-    {"sweep.goal", "main.c sorts results.csv in its direction; tests/e2e/cli.sh"},
+    {"sweep.metric", "launch/sweep_store.c sorts results.csv and ranks ASHA's rungs by it; tests/e2e/cli.sh, sweep.sh"},
+    {"sweep.goal", "launch/sweep_store.c sorts results.csv in its direction; tests/e2e/cli.sh, sweep.sh"},
+    {"sweep.ranks_per_trial", "launch/sweep.c splits the job into groups of that many ranks; tests/mpi/sweep.sh"},
+    {"sweep.scheduler.type", "launch/sweep.c: asha trains trials in rungs; tests/e2e/sweep.sh"},
+    {"sweep.scheduler.min_steps", "launch/sweep_store.c sw_trials_init: the first rung; tests/e2e/sweep.sh"},
+    {"sweep.scheduler.reduction", "launch/sweep_store.c: rung spacing and the share promoted; tests/e2e/sweep.sh"},
+    {"sweep.scheduler.max_steps", "launch/sweep_store.c sw_trials_init: the last rung, every trial's train.steps; tests/e2e/sweep.sh"},
     {"sweep.params", "mr_sweep_expand applies them through --set; test_config test_sweep_grid/random"},
 };
 #define N_EXEMPT (int)(sizeof EXEMPT / sizeof EXEMPT[0])
