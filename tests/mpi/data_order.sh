@@ -4,7 +4,7 @@
 # the reference; -np 2 for 15 steps, resumed with -np 1, -np 4 and -np 2 x 2 local replicas to 30,
 # consumes exactly the reference's samples in its order (MIRROR_DATA_LOG's per-replica sample logs,
 # train/train_data.c, sorted by global position): no sample repeated or skipped, and the resumed
-# runs log no "data order starts over".
+# runs log no "data order starts over"; evaluation over 3 ranks counts each test image exactly once.
 # Usage: tests/mpi/data_order.sh MPIEXEC path/to/mirror
 set -uo pipefail
 mpiexec=${1:?usage: data_order.sh MPIEXEC mirror}
@@ -57,5 +57,14 @@ for run in "np1:-np 1" "np4:-np 4" "np2x2:-np 2 --devices"; do
     check "$tag: steps 15..29 consume the reference's samples 240..479, in order, none repeated or skipped" \
         "same \"\$(samples $tmp/$tag | md5sum)\" \"\$(ref_from 240 | md5sum)\" && [ \$(samples $tmp/$tag | wc -l) -eq 240 ]"
 done
+
+# evaluation over 3 ranks: each of the 10000 test images exactly once (each rank's last batch partial)
+MIRROR_DATA_LOG=$tmp/ev mpirun -np 3 "$mirror" train "$tmp/exp.yaml" --set "checkpoint.dir=$tmp/ev.d" \
+    --set train.steps=1 --set train.batch=48 --set data.eval.source=idx \
+    --set "data.eval.images=$fm/t10k-images-idx3-ubyte.gz" --set "data.eval.labels=$fm/t10k-labels-idx1-ubyte.gz" \
+    >"$tmp/ev.out" 2>&1
+check "-np 3 evaluates" "grep -q 'eval at step 1' $tmp/ev.out || { tail -3 $tmp/ev.out; false; }"
+check "-np 3: evaluation positions and images are 0..9999, each exactly once" \
+    "same \"\$(cat $tmp/ev.[0-9]* | awk '\$1 == \"eval\" { print \$2, \$3 }' | sort -n | md5sum)\" \"\$(seq 0 9999 | awk '{ print \$1, \$1 }' | md5sum)\""
 
 finish
