@@ -147,6 +147,7 @@ static mr_status make_pipeline(const mr_train_cfg *c, mr_model_cfg *fit, int tra
          * contend); prefetch hides the map behind the step */
         THEN(mr_data_map(ds, normalize_image, image_numel, &out, 1, &next));
     }
+    MR_TRY(tr_data_augment(c, train, &ds)); /* data.train.augment (train_data.c) */
     THEN(mr_data_batch(ds, batch, train, &next));
     if (train) THEN(mr_data_prefetch(ds, 2, &next));
     MR_TRY(mr_data_iter_new(ds, &p->it));

@@ -1,4 +1,7 @@
-/* Which samples a run consumed, for tests and debugging: with MIRROR_DATA_LOG=<path> in the
+/* The training pipeline's augmentation maps (data.train.augment, data/augment.h), and which
+ * samples a run consumed.
+ *
+ * Which samples a run consumed, for tests and debugging: with MIRROR_DATA_LOG=<path> in the
  * environment each replica appends to "<path>.<replica>" one line per sample it trains on or
  * evaluates:
  *   train <global position> <source index> <source epoch>
@@ -41,4 +44,23 @@ void tr_data_log_batch(FILE *f, const char *tag, const mr_data_iter *it, int64_t
     }
     free(idx);
     free(epoch);
+}
+
+mr_status tr_data_augment(const mr_train_cfg *c, int train, mr_dataset **ds) {
+    mr_status st = MR_OK;
+    mr_dataset *next = NULL;
+    if (c->augment.n == 0) return MR_OK;
+    MR_CHECK(mr_model_task(&c->model) == MR_TASK_CLASSIFY, MR_ERR_INVALID,
+             "data.train.augment: image augmentation for a language model; HINT: remove data.train.augment");
+    /* one map thread like the image map (train.c make_pipeline): prefetch hides it behind the step */
+    st = mr_data_augment(*ds, "x", &c->augment, train, c->seed, 1, &next);
+    if (st != MR_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", mr_last_error());
+        return mr_set_error(st, "data.train.augment: %s", msg);
+    }
+    mr_data_free(*ds);
+    *ds = next;
+fail:
+    return st;
 }

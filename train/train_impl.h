@@ -189,7 +189,11 @@ mr_status tr_zero_init(trainer *t) MR_WUR;
  * over t->comm. */
 mr_status tr_ddp_new(trainer *t, const mr_step *s) MR_WUR;
 
-/* ---- the sample log (train_data.c) ---- */
+/* ---- the input pipeline's augmentation and sample log (train_data.c) ---- */
+/* Appends c->augment's maps to *ds (the image pipeline after the u8 -> f32 map, component "x"):
+ * all of them for training, the normalize ops for evaluation (train 0); replaces *ds. Errors
+ * name data.train.augment (a language model, an op that does not fit the images). */
+mr_status tr_data_augment(const mr_train_cfg *c, int train, mr_dataset **ds) MR_WUR;
 /* This replica's sample log "<$MIRROR_DATA_LOG>.<rank>" opened for appending; NULL when the
  * variable is unset (or the file cannot be opened: warned). */
 FILE *tr_data_log_open(int rank);
