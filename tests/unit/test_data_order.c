@@ -8,8 +8,11 @@
  *   the uninterrupted 2-replica run, none repeated or skipped; a checkpoint of the older format
  *   (per-replica states, tests/fixtures/ckpt_v1_world2.h5) still resumes exactly on 2;
  * - evaluation over 1, 2, 3 and 4 replicas evaluates each of the 10000 test images exactly once,
- *   the last partial batches included.
+ *   the last partial batches included;
+ * - with data.train.augment (data/augment.h) 1 and 2 replicas, and 2 resumed on 1, train the same
+ *   parameters up to float rounding.
  * (mpirun: tests/mpi/data_order.sh.) */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,6 +169,20 @@ static void test_global_state_errors(void **state) {
     MR_ASSERT_OK(mr_data_iter_next(fresh, &e, &end));
     assert_memory_equal(first, e.data[0], sizeof first);
     mr_data_iter_free(fresh);
+    /* every truncation and every corrupted byte: an error or a valid state (each field is range
+     * checked against the pipeline), never a crash; a restored iterator then runs */
+    int accepted = 0;
+    for (size_t k = 0; k < bytes; k++) {
+        assert_int_not_equal(mr_data_iter_restore_global(pair[0], blob, k), MR_OK);
+        memcpy(bad, blob, bytes);
+        bad[k] ^= 0xA5;
+        if (mr_data_iter_restore_global(pair[0], bad, bytes) == MR_OK) {
+            accepted++;
+            for (int s = 0; s < 3; s++) MR_ASSERT_OK(mr_data_iter_next(pair[0], &e, &end));
+        }
+    }
+    print_message("  %zu truncations rejected; %d of %zu corrupted bytes gave another valid state (indices, counters)\n",
+                  bytes, accepted, bytes);
     /* a shard before the shuffle: the replicas' states differ, there is no global one */
     mr_data_spec spec = {0};
     mr_shape s0 = mr_shape_make(0, NULL);
@@ -402,11 +419,95 @@ static void test_eval_every_sample_once(void **state) {
     }
 }
 
+/* ---- the trainer with data.train.augment -------------------------------------------------------- */
+
+/* The largest |a - b| over the /params of two checkpoints. */
+static double max_param_diff(const char *a, const char *b) {
+    mr_ckpt_reader *ra = NULL, *rb = NULL;
+    MR_ASSERT_OK(mr_ckpt_open(a, 0, &ra));
+    MR_ASSERT_OK(mr_ckpt_open(b, 0, &rb));
+    char **names = NULL;
+    int n = 0;
+    double worst = 0;
+    MR_ASSERT_OK(mr_ckpt_list(ra, "params", &names, &n));
+    assert_true(n > 0);
+    for (int i = 0; i < n; i++) {
+        char p[512];
+        mr_dtype dt;
+        mr_shape sh;
+        snprintf(p, sizeof p, "params/%s", names[i]);
+        MR_ASSERT_OK(mr_ckpt_info(ra, p, &dt, &sh));
+        int64_t k = mr_shape_numel(&sh);
+        float *x = malloc((size_t)k * sizeof *x), *y = malloc((size_t)k * sizeof *y);
+        MR_ASSERT_OK(mr_ckpt_read(ra, p, MR_F32, &sh, x));
+        MR_ASSERT_OK(mr_ckpt_read(rb, p, MR_F32, &sh, y));
+        for (int64_t j = 0; j < k; j++) {
+            double d = fabs((double)x[j] - (double)y[j]);
+            if (!(d <= worst)) worst = d;
+        }
+        free(x);
+        free(y);
+    }
+    mr_ckpt_names_free(names, n);
+    mr_ckpt_close(ra);
+    mr_ckpt_close(rb);
+    return worst;
+}
+
+static mr_train_cfg small_cnn(const char *dir, int replicas, int64_t steps, int augment) {
+    mr_train_cfg c = small(dir, replicas, steps);
+    c.model = mr_model_cfg_default(MR_MODEL_CNN);
+    c.model.ch1 = 4, c.model.ch2 = 4, c.model.hidden = 16;
+    c.optim.lr = 0.02;
+    if (augment) {
+        c.augment.n = 3;
+        c.augment.op[0].kind = MR_AUG_RANDOM_CROP, c.augment.op[0].size = 28, c.augment.op[0].pad = 4;
+        c.augment.op[1].kind = MR_AUG_HFLIP, c.augment.op[1].p = 0.5;
+        c.augment.op[2].kind = MR_AUG_NORMALIZE, c.augment.op[2].n = 1;
+        c.augment.op[2].mean[0] = 0.286, c.augment.op[2].std[0] = 0.353;
+    }
+    return c;
+}
+
+/* The trainer's augmented samples are those of the global sequence whatever the replica count
+ * and across a resume: 1 and 2 replicas, and 2 resumed on 1, train the same parameters up to
+ * float rounding, while the same run without augmentation lands elsewhere. */
+static void test_trainer_augment(void **state) {
+    (void)state;
+    if (!th_have_fashion_mnist()) skip();
+    enum { S = 8 };
+    mr_train_result r;
+    char path[4][4096];
+    const char *tags[4] = {"aug1", "aug2", "aug2to1", "plain"};
+    for (int k = 0; k < 4; k++) {
+        mr_train_cfg c = small_cnn(tdir(tags[k]), k == 0 ? 1 : 2, k == 2 ? S / 2 : S, k != 3);
+        MR_ASSERT_OK(mr_train(&c, &r));
+        if (k == 2) {
+            char half[4096];
+            mr_ckpt_path(tdir(tags[k]), S / 2, half, sizeof half);
+            c = small_cnn(tdir("aug2to1-b"), 1, S, 1);
+            c.resume = half;
+            MR_ASSERT_OK(mr_train(&c, &r));
+            assert_int_equal(r.resumed_from, S / 2);
+            mr_ckpt_path(tdir("aug2to1-b"), S, path[k], sizeof path[k]);
+        } else {
+            mr_ckpt_path(tdir(tags[k]), S, path[k], sizeof path[k]);
+        }
+    }
+    const double d12 = max_param_diff(path[0], path[1]), d1r = max_param_diff(path[0], path[2]);
+    const double dplain = max_param_diff(path[0], path[3]);
+    print_message("  augmented CNN, %d steps: 1 vs 2 replicas max |param diff| %.3g, vs 2 resumed on 1 %.3g; vs no "
+                  "augmentation %.3g\n", S, d12, d1r, dplain);
+    assert_true(d12 < 1e-4 && d1r < 1e-4);
+    assert_true(dplain > 100 * (d12 > d1r ? d12 : d1r) && dplain > 1e-3);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_global_sequence_any_world),
                                        cmocka_unit_test(test_global_state_errors),
                                        cmocka_unit_test(test_trainer_resume_other_world),
                                        cmocka_unit_test(test_trainer_resume_old_checkpoint),
-                                       cmocka_unit_test(test_eval_every_sample_once)};
+                                       cmocka_unit_test(test_eval_every_sample_once),
+                                       cmocka_unit_test(test_trainer_augment)};
     return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);
 }
