@@ -14,7 +14,11 @@
  * The queue is a ring of slot pointers (ring[seq % nslots]) over a pool of slots taken from a free
  * stack, so its depth can grow under autotune while batch buffers are allocated only for slots
  * actually used. Statistics and autotune (the policy is documented in data.h) cost a few clock
- * reads per round and per next(); they change P and the depth, never the order. */
+ * reads per round and per next(); they change P and the depth, never the order.
+ *
+ * The world-independent state (mr_data_iter_save_global, at the end of this file) serializes only
+ * the stages below the shard, after advancing a scratch copy of them over the other replicas'
+ * elements, so every replica of a lockstep job writes the same blob and any number restores it. */
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
