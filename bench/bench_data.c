@@ -7,13 +7,16 @@
  * bench/peer_tfdata.py does the same with tf.data; bench/run_data.sh prints both side by side.
  * The CNN training step's appetite (samples/s) is MIRROR_CNN_SAMPLES_PER_S, default 4300 (measured
  * on the reference machine with bench_models --models cnn), to print the headroom ratio.
- * Usage: bench_data [--dir DIR] [--runs R] [--parallel 1,2,0]   (0 = MR_DATA_AUTO)
+ * --augment adds data/augment.h's maps after the normalize map (random_crop 28 pad 4, horizontal_flip
+ * 0.5, normalize mean 0.286 std 0.353: README.md, "Augmentation"), to price them per element.
+ * Usage: bench_data [--dir DIR] [--runs R] [--parallel 1,2,0] [--augment]   (0 = MR_DATA_AUTO)
  * Output lines: "parallel P: X elements/s (...)", parsed by run_data.sh. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "data/augment.h"
 #include "data/data.h"
 
 static double now_s(void) {
@@ -74,13 +77,14 @@ static double epoch(mr_dataset *d, mr_data_stats *st, int64_t *n) {
 int main(int argc, char **argv) {
     const char *dir = "/usr/share/datasets/fashion-mnist";
     const char *pars = "1,2,0";
-    int runs = 3;
+    int runs = 3, augment = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
         else if (!strcmp(argv[i], "--runs") && i + 1 < argc) runs = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--parallel") && i + 1 < argc) pars = argv[++i];
+        else if (!strcmp(argv[i], "--augment")) augment = 1;
         else {
-            fprintf(stderr, "bench_data: unknown flag %s\nHINT: --dir DIR --runs R --parallel 1,2,0\n", argv[i]);
+            fprintf(stderr, "bench_data: unknown flag %s\nHINT: --dir DIR --runs R --parallel 1,2,0 --augment\n", argv[i]);
             return 2;
         }
     }
@@ -108,6 +112,15 @@ int main(int argc, char **argv) {
         int par = atoi(p);
         mr_dataset *d = NULL;
         if (mr_data_map(src, normalize, NULL, &out, par, &d) != MR_OK) die("map");
+        if (augment) {
+            mr_augment_cfg a;
+            memset(&a, 0, sizeof a);
+            a.n = 3;
+            a.op[0].kind = MR_AUG_RANDOM_CROP, a.op[0].size = 28, a.op[0].pad = 4;
+            a.op[1].kind = MR_AUG_HFLIP, a.op[1].p = 0.5;
+            a.op[2].kind = MR_AUG_NORMALIZE, a.op[2].n = 1, a.op[2].mean[0] = 0.286, a.op[2].std[0] = 0.353;
+            STEP(d, mr_data_augment(d, "image", &a, 1, 1, par, &nd_));
+        }
         STEP(d, mr_data_shuffle(d, 10000, 42, 1, &nd_));
         STEP(d, mr_data_batch(d, 128, 0, &nd_));
         STEP(d, mr_data_prefetch(d, MR_DATA_AUTO, &nd_));
@@ -120,9 +133,9 @@ int main(int argc, char **argv) {
         double med = rate[runs / 2];
         char pname[16];
         snprintf(pname, sizeof pname, par ? "%d" : "auto", par);
-        printf("parallel %s: %.0f elements/s (median of %d epochs of %lld; producer %.0f batches/s, consumer waited "
+        printf("%sparallel %s: %.0f elements/s (median of %d epochs of %lld; producer %.0f batches/s, consumer waited "
                "%.3f s, P in use %d, prefetch depth %lld) = %.1fx the CNN step\n",
-               pname, med, runs, (long long)n, st.producer_rate, st.wait_s,
+               augment ? "augment, " : "", pname, med, runs, (long long)n, st.producer_rate, st.wait_s,
                st.map_parallel, (long long)st.prefetch, med / cnn);
         free(rate);
         mr_data_free(d);

@@ -264,6 +264,34 @@ mr_status mr_data_iter_save(const mr_data_iter *it, void **blob, size_t *bytes) 
  * is reset to the start of the data. */
 mr_status mr_data_iter_restore(mr_data_iter *it, const void *blob, size_t bytes) MR_WUR;
 
+/* World-independent state of a replicated pipeline: the same iterator state whatever the number of
+ * replicas, so a run checkpointed by N replicas resumes on M and consumes exactly the elements the
+ * uninterrupted run would have (docs/DESIGN.md, "Data pipeline determinism").
+ *
+ * The pipeline must be ORDER -> shard(n, i)? -> (map, batch, prefetch)*: ORDER is the "global"
+ * pipeline (any sources and transforms, no shard), followed by at most one shard and then only
+ * stateless stages. The global sequence is ORDER's output; replica i of n takes its elements
+ * i, n + i, 2n + i, ... Saving assumes every replica has delivered the same number k of its
+ * shard's elements (the replicas run in lockstep, as the trainer's do): the blob is ORDER's state
+ * after global element k*n (the saver advances its copy of ORDER over the other replicas' elements,
+ * index arithmetic only), so every replica writes the same bytes. Restoring into
+ * ORDER -> shard(m, j) -> ... (any m, j; the same ORDER, checked by its structure hash) makes
+ * global element k*n the next one of replica 0: replica j delivers k*n + j, k*n + m + j, ...
+ * Layout: u32 magic "MRDG", u32 version, u64 ORDER's structure hash, u32 ORDER's stage count, the
+ * per-stage records of mr_data_iter_save; little-endian. mr_data_iter_position restarts at 0.
+ * Errors: MR_ERR_UNSUPPORTED (another pipeline shape: a shard below a stateful transform, two
+ * shards, take/skip/repeat/shuffle after the shard), MR_ERR_NOMEM, MR_ERR_INVALID (a failed
+ * iterator; on restore: another ORDER), MR_ERR_FORMAT (bad magic, version, truncated, an
+ * out-of-range field, naming the byte offset). On a restore error the iterator is at the start. */
+mr_status mr_data_iter_save_global(const mr_data_iter *it, void **blob, size_t *bytes) MR_WUR;
+mr_status mr_data_iter_restore_global(mr_data_iter *it, const void *blob, size_t bytes) MR_WUR;
+
+/* The source indices (idx[j]) and source epochs (epoch[j]: the times the source was restarted by a
+ * repeat) of the elements of the last delivered element or batch, in order: returns their count
+ * (at most cap are written; either array may be NULL), 0 before the first delivery. For logs and
+ * tests that check which samples a run consumed. */
+int64_t mr_data_iter_last_indices(const mr_data_iter *it, int64_t *idx, int64_t *epoch, int64_t cap);
+
 /* What an iterator measured since it started (or since its last restore). */
 typedef struct mr_data_stats {
     int64_t elements;      /* elements (batches) delivered by next() */

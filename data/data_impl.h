@@ -35,6 +35,7 @@ struct mr_dataset {
     uint64_t seed;
     mr_data_map_fn map_fn;
     void *map_ctx;
+    void (*map_free)(void *ctx); /* frees map_ctx with the node (ds_map_owned); NULL: borrowed */
     int parallel;       /* map: threads (MR_DATA_AUTO: autotuned); prefetch: 1 when the depth is autotuned */
     /* source */
     int64_t src_n;
@@ -51,6 +52,10 @@ mr_status ds_check_spec(const mr_data_spec *spec, const char *what) MR_WUR;
  * names the source kind in the structure hash. */
 mr_status ds_new_source(const mr_data_spec *spec, int64_t n, ds_read_fn read, void (*src_free)(void *), void *impl,
                         const char *kind_tag, mr_dataset **out) MR_WUR;
+
+/* mr_data_map whose node owns ctx: ctx_free(ctx) runs when the node is freed, or at once on error. */
+mr_status ds_map_owned(mr_dataset *in, mr_data_map_fn fn, void *ctx, void (*ctx_free)(void *), const mr_data_spec *out_spec,
+                       int parallel, mr_dataset **out) MR_WUR;
 
 /* An in-memory source that takes ownership of the malloc'd arrays data[c] (n elements each),
  * freeing them on error too. tag names the source kind in messages and the structure hash. */

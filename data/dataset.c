@@ -100,6 +100,7 @@ void mr_data_free(mr_dataset *ds) {
         if (atomic_fetch_sub(&ds->refs, 1) != 1) return;
         mr_dataset *in = ds->in;
         if (ds->src_free) ds->src_free(ds->src_impl);
+        if (ds->map_free) ds->map_free(ds->map_ctx);
         free(ds);
         ds = in;
     }
@@ -270,6 +271,17 @@ mr_status mr_data_map(mr_dataset *in, mr_data_map_fn fn, void *ctx, const mr_dat
     return MR_OK;
 fail:
     return st;
+}
+
+mr_status ds_map_owned(mr_dataset *in, mr_data_map_fn fn, void *ctx, void (*ctx_free)(void *), const mr_data_spec *out_spec,
+                       int parallel, mr_dataset **out) {
+    mr_status st = mr_data_map(in, fn, ctx, out_spec, parallel, out);
+    if (st != MR_OK) {
+        if (ctx_free) ctx_free(ctx);
+        return st;
+    }
+    (*out)->map_free = ctx_free;
+    return MR_OK;
 }
 
 mr_status mr_data_batch(mr_dataset *in, int64_t size, int drop_remainder, mr_dataset **out) {

@@ -14,7 +14,11 @@
  * The queue is a ring of slot pointers (ring[seq % nslots]) over a pool of slots taken from a free
  * stack, so its depth can grow under autotune while batch buffers are allocated only for slots
  * actually used. Statistics and autotune (the policy is documented in data.h) cost a few clock
- * reads per round and per next(); they change P and the depth, never the order. */
+ * reads per round and per next(); they change P and the depth, never the order.
+ *
+ * The world-independent state (mr_data_iter_save_global, at the end of this file) serializes only
+ * the stages below the shard, after advancing a scratch copy of them over the other replicas'
+ * elements, so every replica of a lockstep job writes the same blob and any number restores it. */
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
@@ -240,6 +244,7 @@ static void reset_queue(mr_data_iter *it) {
     reset_slots(it);
     reset_stats(it);
     it->head = it->tail = 0;
+    it->cons_item.n = 0;
     it->held = it->eof = it->ended = it->failed = 0;
     it->fail_status = MR_OK;
     it->fail_msg[0] = '\0';
@@ -575,4 +580,144 @@ mr_status mr_data_iter_restore(mr_data_iter *it, const void *blob, size_t bytes)
     it->ended = (int)ended;
     it->eof = (int)ended;
     return MR_OK;
+}
+
+/* ---- world-independent state (data.h, mr_data_iter_save_global) ------------------------------- */
+
+#define GLOBAL_MAGIC 0x4744524Du /* "MRDG" little-endian */
+#define GLOBAL_VERSION 1u
+
+/* Splits the pipeline into ORDER (its top node *order, its top chain stage *kg) and the stages above
+ * it: the shard (*ks, -1: none; *n, *i) and batches; maps and prefetch are not chain stages. */
+static mr_status global_split(const mr_data_iter *it, const mr_dataset **order, int *kg, int *ks, int64_t *n,
+                              int64_t *i) {
+    int k = it->cons.n - 1;
+    const mr_dataset *d = it->ds;
+    *ks = -1;
+    *n = 1;
+    *i = 0;
+    for (; d; d = d->in) {
+        if (d->kind == DS_MAP || d->kind == DS_PREFETCH) continue;
+        if (d->kind == DS_BATCH && *ks < 0) { k--; continue; }
+        if (d->kind == DS_SHARD && *ks < 0) {
+            *ks = k--;
+            *n = d->a;
+            *i = d->b;
+            continue;
+        }
+        break;
+    }
+    for (const mr_dataset *e = d; e; e = e->in)
+        if (e->kind == DS_SHARD || e->kind == DS_BATCH)
+            return mr_set_error(MR_ERR_UNSUPPORTED, "data iterator: a world-independent state needs the pipeline's one "
+                                "shard after every other transform but map, batch and prefetch, and batch after the "
+                                "shard; HINT: shard right before the maps and batch");
+    *order = d;
+    *kg = k;
+    return MR_OK;
+}
+
+mr_status mr_data_iter_save_global(const mr_data_iter *it, void **blob, size_t *bytes) {
+    mr_status st = MR_OK;
+    wbuf all = {0}, w = {0};
+    chain sc = {0, NULL};
+    const mr_dataset *order = NULL;
+    int kg = 0, ks = -1;
+    int64_t n = 1, i = 0;
+    if (!it || !blob || !bytes) return mr_set_error(MR_ERR_INVALID, "mr_data_iter_save_global: NULL argument");
+    *blob = NULL;
+    *bytes = 0;
+    MR_CHECK(!it->failed, MR_ERR_INVALID, "mr_data_iter_save_global: the iterator failed: %s", it->fail_msg);
+    MR_TRY(global_split(it, &order, &kg, &ks, &n, &i));
+    /* a scratch copy of the consumer's chain, advanced over the other replicas' elements */
+    ds_chain_save(&it->cons, &all);
+    MR_CHECK(!all.oom, MR_ERR_NOMEM, "mr_data_iter_save_global: out of memory");
+    MR_TRY(ds_chain_build(it->ds, &sc));
+    rbuf r = {all.p, all.n, 0, MR_OK};
+    MR_TRY(ds_chain_load(&sc, &r));
+    if (ks >= 0) {
+        /* the shard delivered k elements: its last at input position (k-1)n + i; the next global
+         * element after the world's k*n is where every replica's state meets */
+        const int64_t p = sc.st[ks].pos, k = p > i ? (p - i - 1) / n + 1 : 0;
+        item x = {0, sc.st[ks].tmp.e};
+        for (int64_t q = p; q < k * n; q++) {
+            int got = ds_chain_next(&sc, kg, &x);
+            MR_CHECK(got >= 0, MR_ERR_NOMEM, "mr_data_iter_save_global: out of memory for the shuffle buffer");
+            if (got == 0) break; /* ORDER ended: its state says so */
+        }
+    }
+    ds_put(&w, GLOBAL_MAGIC, 4);
+    ds_put(&w, GLOBAL_VERSION, 4);
+    ds_put(&w, order->hash, 8);
+    ds_put(&w, (uint64_t)(kg + 1), 4);
+    const chain view = {kg + 1, sc.st};
+    ds_chain_save(&view, &w);
+    MR_CHECK(!w.oom, MR_ERR_NOMEM, "mr_data_iter_save_global: out of memory");
+    *blob = w.p;
+    *bytes = w.n;
+    w.p = NULL;
+fail:
+    free(all.p);
+    free(w.p);
+    ds_chain_free(&sc);
+    return st;
+}
+
+mr_status mr_data_iter_restore_global(mr_data_iter *it, const void *blob, size_t bytes) {
+    const mr_dataset *order = NULL;
+    int kg = 0, ks = -1;
+    int64_t n = 1, i = 0;
+    if (!it || (!blob && bytes)) return mr_set_error(MR_ERR_INVALID, "mr_data_iter_restore_global: NULL argument");
+    reset_queue(it);
+    ds_chain_restart(&it->cons);
+    ds_chain_restart(&it->ahead);
+    it->position = 0;
+    rbuf r = {blob, bytes, 0, MR_OK};
+    r.st = global_split(it, &order, &kg, &ks, &n, &i);
+    uint32_t magic = (uint32_t)ds_get(&r, 4, "magic");
+    if (r.st == MR_OK && magic != GLOBAL_MAGIC)
+        r.st = mr_set_error(MR_ERR_FORMAT, "global data state blob: offset 0: bad magic 0x%08x (expected 0x%08x \"MRDG\")",
+                            magic, GLOBAL_MAGIC);
+    uint32_t version = (uint32_t)ds_get(&r, 4, "version");
+    if (r.st == MR_OK && version != GLOBAL_VERSION)
+        r.st = mr_set_error(MR_ERR_FORMAT, "global data state blob: offset 4: version %u, this build reads %u", version,
+                            GLOBAL_VERSION);
+    uint64_t hash = ds_get(&r, 8, "structure hash");
+    if (r.st == MR_OK && hash != order->hash)
+        r.st = mr_set_error(MR_ERR_INVALID,
+                            "global data state blob: offset 8: structure hash %016llx differs from this pipeline's "
+                            "%016llx; HINT: the state was saved from another pipeline (data, shuffle or its seed)",
+                            (unsigned long long)hash, (unsigned long long)order->hash);
+    uint32_t nst = (uint32_t)ds_get(&r, 4, "stage count");
+    if (r.st == MR_OK && nst != (uint32_t)(kg + 1))
+        r.st = mr_set_error(MR_ERR_FORMAT, "global data state blob: offset 16: %u stages, the pipeline has %d", nst, kg + 1);
+    const size_t body = r.at;
+    chain cv = {kg + 1, it->cons.st}, av = {kg + 1, it->ahead.st};
+    if (r.st == MR_OK) ds_chain_load(&cv, &r);
+    if (r.st == MR_OK) {
+        rbuf r2 = {blob, bytes, body, MR_OK};
+        ds_chain_load(&av, &r2);
+        r.st = r2.st;
+    }
+    if (r.st == MR_OK && r.at != bytes)
+        r.st = mr_set_error(MR_ERR_FORMAT, "global data state blob: offset %zu: %zu trailing bytes", r.at, bytes - r.at);
+    if (r.st != MR_OK) {
+        mr_status st = r.st;
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", mr_last_error());
+        ds_chain_restart(&it->cons);
+        ds_chain_restart(&it->ahead);
+        return mr_set_error(st, "%s", msg);
+    }
+    return MR_OK; /* the shard's counter is 0: the next global element is replica 0's */
+}
+
+int64_t mr_data_iter_last_indices(const mr_data_iter *it, int64_t *idx, int64_t *epoch, int64_t cap) {
+    if (!it) return 0;
+    const int64_t n = it->cons_item.n;
+    for (int64_t j = 0; j < n && j < cap; j++) {
+        if (idx) idx[j] = it->cons_item.e[j].idx;
+        if (epoch) epoch[j] = it->cons_item.e[j].epoch;
+    }
+    return n;
 }

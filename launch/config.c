@@ -63,6 +63,7 @@ const field mr_cfg_fields[] = {
     FI("model.layers", model.layers, 1), FI("model.heads", model.heads, 1), FI("model.embd", model.embd, 1),
     FN("model.dropout", model.dropout, 0, 1, F_HI_EXCL),
     DATA_FIELDS(train),
+    {"data.train.augment", K_AUGMENT, OFF(data.train.augment), 0, 0, 0, 0, NULL},
     DATA_FIELDS(eval),
     FE("optimizer.type", optimizer.type, OPTIMS),
     FN("optimizer.lr", optimizer.lr, 0, BIG, F_LO_EXCL),
@@ -436,6 +437,8 @@ static mr_status set_node(const walker *w, mr_experiment *e, const field *f, con
         return set_params(w, e, n);
     case K_WINDOW:
         return mr_cfg_set_window(w, e, f, n);
+    case K_AUGMENT:
+        return mr_cfg_set_augment(w, e, f, n);
     default:
         if (f->off == OFF(model.layers) && n->type == YAML_SEQUENCE_NODE) return mr_cfg_set_model_node(w, e, f, n);
         if (n->type != YAML_SCALAR_NODE)

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "core/status.h"
+#include "data/augment.h"
 #include "models/models.h"
 #include "optim/optim.h" /* mr_optim_kind, mr_schedule_kind */
 
@@ -46,6 +47,7 @@ typedef struct mr_data_cfg {
     int64_t token_bytes; /* 2 or 4 */
     int64_t shuffle;     /* shuffle buffer in elements; 0 = no shuffle */
     int64_t seed;        /* shuffle seed; the experiment seed is mixed in by the trainer */
+    mr_augment_cfg augment; /* data.train.augment (launch/config_augment.c); unused in data.eval */
 } mr_data_cfg;
 
 typedef enum mr_precision_policy { MR_PREC_F32 = 0, MR_PREC_MIXED_F16 = 1, MR_PREC_MIXED_BF16 = 2 } mr_precision_policy;

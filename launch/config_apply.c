@@ -46,6 +46,12 @@ int mr_cfg_unused(const mr_experiment *e, const field *f, char *why, size_t cap)
                unused_by(leaf, "vocab context layers", types, t, "gpt graph", "model.type", why, cap) ||
                unused_by(leaf, "heads embd dropout", types, t, "gpt", "model.type", why, cap);
     }
+    if (!strcmp(path, "data.train.augment") &&
+        (e->model.type == MR_MODEL_MLP || e->model.type == MR_MODEL_GPT || (e->model.type == MR_MODEL_GRAPH && e->model.graph.tokens))) {
+        snprintf(why, cap, "with model.type %s (only image models use it: cnn, or graph with model.input [C, H, W])",
+                 names_of("model.type")[e->model.type]);
+        return 1;
+    }
     if (!strncmp(path, "data.", 5)) {
         const int train = !strncmp(path, "data.train.", 11);
         const mr_data_cfg *d = train ? &e->data.train : &e->data.eval;
@@ -72,7 +78,8 @@ int mr_cfg_unused(const mr_experiment *e, const field *f, char *why, size_t cap)
                unused_by(leaf, "path", names_of("data.train.source"), s, "tokens text hdf5", sel, why, cap) ||
                unused_by(leaf, "x_dataset y_dataset", names_of("data.train.source"), s, "hdf5", sel, why, cap) ||
                unused_by(leaf, "context", names_of("data.train.source"), s, "tokens text", sel, why, cap) ||
-               unused_by(leaf, "token_bytes", names_of("data.train.source"), s, "tokens", sel, why, cap);
+               unused_by(leaf, "token_bytes", names_of("data.train.source"), s, "tokens", sel, why, cap) ||
+               unused_by(leaf, "augment", names_of("data.train.source"), s, "idx hdf5", sel, why, cap);
     }
     if (!strncmp(path, "optimizer.", 10)) {
         int t = (int)e->optimizer.type;

@@ -9,7 +9,7 @@
 
 #include "launch/config.h"
 
-typedef enum kind { K_INT, K_NUM, K_BOOL, K_STR, K_ENUM, K_SIZES, K_CHANNELS, K_INPUT, K_DEVICES, K_PARAMS, K_WINDOW } kind;
+typedef enum kind { K_INT, K_NUM, K_BOOL, K_STR, K_ENUM, K_SIZES, K_CHANNELS, K_INPUT, K_DEVICES, K_PARAMS, K_WINDOW, K_AUGMENT } kind;
 enum { F_LO_EXCL = 1, F_HI_EXCL = 2, F_FILE = 4, F_RESUME = 8, F_NONEMPTY = 16 };
 
 typedef struct field {
@@ -70,6 +70,9 @@ int mr_cfg_edit_distance(const char *a, const char *b); /* case-insensitive Leve
 mr_status mr_cfg_set_model_node(const walker *w, mr_experiment *e, const field *f, const yaml_node_t *n);
 /* log.trace: a step window [first, last] (1 <= first <= last), or [] / none / false: off (0 0). */
 mr_status mr_cfg_set_window(const walker *w, mr_experiment *e, const field *f, const yaml_node_t *n);
+/* data.train.augment (config_augment.c): a list of ops, or none; and its text for config.yaml. */
+mr_status mr_cfg_set_augment(const walker *w, mr_experiment *e, const field *f, const yaml_node_t *n);
+void mr_cfg_augment_text(const mr_augment_cfg *a, char *buf, size_t cap);
 /* Checks a graph model's layers (mr_layers_check), the message at the failing layer's line. */
 mr_status mr_cfg_check_layers(const mr_experiment *e, pos where) MR_WUR;
 

@@ -145,6 +145,12 @@ static void emit_value(sbuf *b, const mr_experiment *e, const field *f) {
         for (int i = 0; i < e->distribute.n_devices; i++) { sb_printf(b, "%s", i ? ", " : ""); sb_quoted(b, e->distribute.devices[i]); }
         sb_printf(b, "]");
         break;
+    case K_AUGMENT: {
+        char t[4096];
+        mr_cfg_augment_text((const mr_augment_cfg *)base, t, sizeof t);
+        sb_printf(b, "%s", t);
+        break;
+    }
     case K_WINDOW: {
         int64_t v[2];
         memcpy(v, base, sizeof v);

@@ -194,6 +194,7 @@ mr_status mr_experiment_train_cfg(const mr_experiment *e, const char *run_dir, m
     if (st == MR_OK) st = map_source(ev, 0, c);
     if (st) return st;
     c->shuffle = tr->shuffle;
+    c->augment = tr->augment; /* evaluation applies its normalize ops (train/train_data.c) */
     c->token_bytes = (int)tr->token_bytes;
     c->sample_chars = tr->source == MR_SRC_TEXT ? 400 : 0; /* a character model prints what it learned */
 

@@ -90,9 +90,11 @@ static void pipeline_free(pipeline *p) {
  * model, NULL for the others) is first fitted to the data (mr_model_fit_data: the images' shape;
  * the text's vocabulary). Training pipelines shuffle and repeat forever and drop the last partial
  * batch; evaluation pipelines see every element once. With world > 1 replicas, replica `rank`
- * keeps every world-th element: for training after the shuffle (every replica shuffles the same
- * indices), so the world's micro-batches of one step are exactly the elements one replica with
- * the global batch would take; for evaluation right after the source. */
+ * keeps every world-th element: for training after the shuffle and repeat (every replica shuffles
+ * the same indices), so the global sample sequence is the pipeline before the shard, whatever the
+ * world, and the world's micro-batches of one step are exactly the elements one replica with the
+ * global batch would take (their checkpointed position resumes on any world:
+ * mr_data_iter_save_global); for evaluation right after the source. */
 static mr_status make_pipeline(const mr_train_cfg *c, mr_model_cfg *fit, int train, int64_t batch,
                                int64_t *image_numel, int world, int rank, pipeline *p) {
     mr_status st = MR_OK;
@@ -145,6 +147,7 @@ static mr_status make_pipeline(const mr_train_cfg *c, mr_model_cfg *fit, int tra
          * contend); prefetch hides the map behind the step */
         THEN(mr_data_map(ds, normalize_image, image_numel, &out, 1, &next));
     }
+    MR_TRY(tr_data_augment(c, train, &ds)); /* data.train.augment (train_data.c) */
     THEN(mr_data_batch(ds, batch, train, &next));
     if (train) THEN(mr_data_prefetch(ds, 2, &next));
     MR_TRY(mr_data_iter_new(ds, &p->it));
@@ -171,13 +174,16 @@ static mr_status evaluate(const mr_train_cfg *c, mr_steps *steps, tr_device *dv,
     int64_t numel = 0, seen = 0, correct = 0;
     double loss_sum = 0.0;
     const int classify = mr_model_task(&c->model) == MR_TASK_CLASSIFY;
-    MR_TRY(make_pipeline(c, NULL, 0, batch, &numel, comm ? mr_comm_size(comm) : 1, comm ? mr_comm_rank(comm) : 0, &p));
+    const int world = comm ? mr_comm_size(comm) : 1, rank = comm ? mr_comm_rank(comm) : 0;
+    FILE *log = tr_data_log_open(rank); /* MIRROR_DATA_LOG (train_data.c) */
+    MR_TRY(make_pipeline(c, NULL, 0, batch, &numel, world, rank, &p));
     for (;;) {
         mr_data_elem e;
         int end = 0;
         MR_TRY(mr_data_iter_next(p.it, &e, &end));
         if (end) break;
         int64_t b = e.shape[0].dim[0];
+        tr_data_log_batch(log, "eval", p.it, seen * world + rank, world); /* place in the evaluation sequence */
         mr_step *s = NULL;
         MR_TRY(mr_steps_get(steps, b, 0, &s));
         MR_TRY(tr_dev_feed(dv, s, e.data[0], e.data[1]));
@@ -212,6 +218,7 @@ static mr_status evaluate(const mr_train_cfg *c, mr_steps *steps, tr_device *dv,
     res->eval_accuracy = classify && seen ? (double)correct / (double)seen : NAN;
     res->eval_perplexity = classify ? NAN : exp(res->eval_loss);
 fail:
+    if (log) fclose(log);
     pipeline_free(&p);
     return st;
 }
@@ -372,6 +379,7 @@ static void trainer_free(trainer *t) {
     mr_ddp_free(t->ddp);
     tr_dev_free(t);
     pipeline_free(&t->train);
+    if (t->data_log) fclose(t->data_log);
     mr_optim_free(t->opt);
     mr_steps_free(t->steps);
     mr_params_free(t->ps);
@@ -419,6 +427,7 @@ static mr_status trainer_init(trainer *t, const mr_train_cfg *cfg, int with_opti
     const int64_t micro = c->batch / (c->accumulate * t->world);
     MR_TRY(make_pipeline(c, &c->model, 1, micro, &t->image_numel, t->world, t->rank, &t->train));
     t->train_size = mr_data_source_size(t->train.ds);
+    t->data_log = tr_data_log_open(t->rank);
     MR_TRY(mr_params_new(&t->ps));
     MR_TRY(mr_steps_new(mr_model_step_build, &t->c.model, t->ps, MR_DEVICE_CPU, &t->steps));
     mr_steps_set_compute(t->steps, c->compute);

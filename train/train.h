@@ -11,6 +11,7 @@
 #define MR_TRAIN_H
 
 #include <stdint.h>
+#include "data/augment.h"
 #include "models/models.h"
 #include "optim/optim.h"
 
@@ -42,6 +43,7 @@ typedef struct mr_train_cfg {
     const char *train_text, *eval_text;
     int64_t sample_chars;       /* text gpt: characters generated after training (0: none) */
     int64_t shuffle;            /* shuffle buffer; 0: no shuffling */
+    mr_augment_cfg augment;     /* data.train.augment: training image maps; evaluation takes its normalize ops */
     const char *run_dir;        /* metrics.jsonl goes there (created); NULL: no files */
     int quiet;                  /* no progress output */
     int no_progress;            /* no per-step progress lines (log.progress: false, --quiet); messages

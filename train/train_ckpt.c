@@ -5,7 +5,9 @@
  *                                  running_var, num_batches_tracked as a 0-d f32), replica 0's;
  *                                  only for models that have them
  *   /optimizer/<name>/<slot>       momentum_buffer | exp_avg, exp_avg_sq (f32)
- *   /state/data_iter/<replica>     the data iterator's state blob (data/data.h)
+ *   /state/data_iter/global        the data position, the same for any number of replicas (data.h,
+ *                                  mr_data_iter_save_global); checkpoints before it hold
+ *   /state/data_iter/<replica>     each replica's iterator state (mr_data_iter_save): still read
  *   attributes: step, epoch, optimizer.* (type, hyperparameters, steps), loss_scale.*, rng.*,
  *   metrics.* (the open log interval), early_stop.* (best, best_step, bad: evaluations without
  *   improvement; metric and mode: what they count), train.batch/accumulate, world_size, mirror_version,
@@ -27,6 +29,14 @@ static const char *const OPTIM_NAMES[] = {"sgd", "adam", "adamw"};
 
 static const char *compute_name(mr_dtype dt) {
     return dt == MR_BF16 ? "mixed_bfloat16" : dt == MR_F16 ? "mixed_float16" : "float32";
+}
+
+/* FNV-1a of a blob: the replicas compare their data positions by it before a checkpoint. */
+static uint64_t ds_blob_hash(const void *p, size_t n) {
+    const unsigned char *b = p;
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
 }
 
 mr_status tr_ckpt_save(trainer *t, const char *path) {
@@ -64,27 +74,21 @@ mr_status tr_ckpt_save(trainer *t, const char *path) {
         snprintf(name, sizeof name, "buffers/%s", mr_params_name(bufs, i));
         MR_TRY(mr_ckpt_writer_add(w, name, MR_F32, &sh, mr_params_data(bufs, i)));
     }
-    MR_TRY(mr_data_iter_save(t->train.it, &blob, &bytes));
-    if (!t->comm) {
-        MR_TRY(mr_ckpt_writer_add_blob(w, "state/data_iter/0", blob, bytes));
-    } else {
-        /* every replica's iterator state, to replica 0 (sizes differ: gather them first) */
-        int64_t mine = (int64_t)bytes;
-        sizes = calloc((size_t)t->world, sizeof *sizes);
+    /* the data position, the same whatever the number of replicas (data.h, mr_data_iter_save_global):
+     * every replica computes the same blob, which the replicas check before rank 0 writes it */
+    MR_TRY(mr_data_iter_save_global(t->train.it, &blob, &bytes));
+    if (t->comm) {
+        int64_t mine[2] = {(int64_t)bytes, (int64_t)(ds_blob_hash(blob, bytes) >> 1)};
+        sizes = calloc((size_t)(2 * t->world), sizeof *sizes);
         MR_CHECK(sizes, MR_ERR_NOMEM, "checkpoint: out of memory");
-        MR_TRY(mr_comm_allgather(t->comm, &mine, sizes, 1, MR_I64));
-        for (int r = 0; r < t->world; r++) {
-            void *b = r == t->rank ? blob : malloc((size_t)sizes[r] + 1);
-            MR_CHECK(b, MR_ERR_NOMEM, "checkpoint: out of memory");
-            mr_status bs = mr_comm_broadcast(t->comm, b, sizes[r], MR_U8, r);
-            if (bs == MR_OK && t->rank == 0) {
-                snprintf(name, sizeof name, "state/data_iter/%d", r);
-                bs = mr_ckpt_writer_add_blob(w, name, b, (size_t)sizes[r]);
-            }
-            if (b != blob) free(b);
-            MR_TRY(bs);
-        }
+        MR_TRY(mr_comm_allgather(t->comm, mine, sizes, 2, MR_I64));
+        for (int r = 1; r < t->world; r++)
+            MR_CHECK(sizes[2 * r] == sizes[0] && sizes[2 * r + 1] == sizes[1], MR_ERR_INTERNAL,
+                     "checkpoint %s: replica %d's data position differs from replica 0's (%lld vs %lld bytes, or their contents); HINT: "
+                     "this is a bug in mirror, please report it with the config",
+                     path, r, (long long)sizes[2 * r], (long long)sizes[0]);
     }
+    MR_TRY(mr_ckpt_writer_add_blob(w, "state/data_iter/global", blob, bytes));
     MR_TRY(mr_ckpt_writer_attr_i64(w, "step", t->step));
     MR_TRY(mr_ckpt_writer_attr_f64(w, "epoch", t->train_size > 0 ? (double)(t->step * c->batch) / (double)t->train_size : 0.0));
     MR_TRY(mr_ckpt_writer_attr_str(w, "mirror_version", MIRROR_VERSION));
@@ -209,6 +213,17 @@ fail:
     return st;
 }
 
+/* A data position that does not fit this run's pipeline: the model and optimizer resume, the data
+ * order starts over (logged by replica 0). */
+static void data_order_lost(const trainer *t, const char *path, const mr_ckpt_reader *r) {
+    int64_t old_batch = 0;
+    if (mr_ckpt_attr_i64(r, "train.batch", &old_batch) != MR_OK) old_batch = -1;
+    if (t->rank == 0)
+        mr_log_warn("%s: the data pipeline differs from the checkpoint's (batch %lld -> %lld, or the data or shuffle "
+                    "changed): the model and optimizer resume, the data order starts over (%s)",
+                    path, (long long)old_batch, (long long)t->c.batch, mr_last_error());
+}
+
 mr_status tr_ckpt_load(trainer *t, const char *path) {
     mr_status st = MR_OK;
     mr_ckpt_reader *r = NULL;
@@ -291,23 +306,24 @@ mr_status tr_ckpt_load(trainer *t, const char *path) {
     if ((uint64_t)v != c->seed)
         mr_log_warn("%s: saved with seed %lld, the config says %llu: data order and dropout follow the config from here",
                     path, (long long)v, (unsigned long long)c->seed);
-    /* the data order: exact when the pipeline is the same (same data, batch, shuffle, world size) */
+    /* the data position: world-independent (any number of replicas resumes it exactly), or an older
+     * checkpoint's per-replica states (exact with the same number of replicas) */
     int64_t saved_world = 1;
     if (mr_ckpt_attr_i64(r, "world_size", &saved_world) != MR_OK) saved_world = 1;
     char bname[64];
     snprintf(bname, sizeof bname, "state/data_iter/%d", t->rank);
-    if (saved_world != t->world) {
+    if (mr_ckpt_has(r, "state/data_iter/global")) {
+        if (mr_ckpt_read_blob(r, "state/data_iter/global", &blob, &bytes) != MR_OK ||
+            mr_data_iter_restore_global(t->train.it, blob, bytes) != MR_OK)
+            data_order_lost(t, path, r);
+    } else if (saved_world != t->world) {
         if (t->rank == 0)
-            mr_log_warn("%s: written by %lld replicas, resumed by %d: the parameters, optimizer state and schedule "
-                        "resume; the data order starts over (each replica now reads every %d-th element of a fresh "
-                        "shuffle, so examples seen since the last epoch boundary may repeat)",
-                        path, (long long)saved_world, t->world, t->world);
+            mr_log_warn("%s: an older checkpoint written by %lld replicas, resumed by %d: the parameters, optimizer "
+                        "state and schedule resume; the data order starts over (its data position is per replica; "
+                        "checkpoints written from now on resume on any number of replicas)",
+                        path, (long long)saved_world, t->world);
     } else if (mr_ckpt_read_blob(r, bname, &blob, &bytes) != MR_OK || mr_data_iter_restore(t->train.it, blob, bytes) != MR_OK) {
-        int64_t old_batch = 0;
-        if (mr_ckpt_attr_i64(r, "train.batch", &old_batch) != MR_OK) old_batch = -1;
-        mr_log_warn("%s: the data pipeline differs from the checkpoint's (batch %lld -> %lld, or the data or shuffle "
-                    "changed): the model and optimizer resume, the data order starts over (%s)",
-                    path, (long long)old_batch, (long long)c->batch, mr_last_error());
+        data_order_lost(t, path, r);
     }
 fail:
     free(full);

@@ -129,6 +129,7 @@ typedef struct trainer {
     int32_t *bwd_order, *h_flag;
     int64_t *h_count;
     tr_trace trace;         /* the trace window (log.trace) */
+    FILE *data_log;         /* MIRROR_DATA_LOG's per-replica sample log (train_data.c); NULL: off */
 } trainer;
 
 /* ---- the device path (train_device.c) ---- */
@@ -154,13 +155,15 @@ mr_status tr_dev_read(tr_device *dv, mr_step *s, mr_val v, size_t bytes, const v
 /* Sets the loss scale the training steps read. */
 mr_status tr_dev_set_loss_scale(trainer *t, mr_step *s, float scale) MR_WUR;
 
-/* Writes the run's state to path (atomically; checkpoint/ckpt.h). Collective over t->comm: every
- * replica's data-iterator state goes into the file, which replica 0 writes; every replica gets
- * its status. */
+/* Writes the run's state to path (atomically; checkpoint/ckpt.h). Collective over t->comm: the
+ * replicas check that they agree on the data position (world-independent,
+ * mr_data_iter_save_global), which goes into the file replica 0 writes; every replica gets its
+ * status. */
 mr_status tr_ckpt_save(trainer *t, const char *path) MR_WUR;
 /* Restores the run's state from a checkpoint written by tr_ckpt_save (a compatible model: every
  * parameter by name and shape). The optimizer kind must match. Each replica reads the file and
- * its own data-iterator state; with another world size the data order starts over (logged). */
+ * the data position, exact on any number of replicas (a checkpoint of the older per-replica format:
+ * with the same number; with another the data order starts over, logged). */
 mr_status tr_ckpt_load(trainer *t, const char *path) MR_WUR;
 /* Loads /params of an HDF5 file into the registry: every registry parameter must be there with
  * its shape and the file may hold no other (errors name the parameter). foreign: any HDF5 file
@@ -185,6 +188,18 @@ mr_status tr_zero_init(trainer *t) MR_WUR;
  * backward finishes it, the bucket size, the modes the run allows (train_dist.c). Collective
  * over t->comm. */
 mr_status tr_ddp_new(trainer *t, const mr_step *s) MR_WUR;
+
+/* ---- the input pipeline's augmentation and sample log (train_data.c) ---- */
+/* Appends c->augment's maps to *ds (the image pipeline after the u8 -> f32 map, component "x"):
+ * all of them for training, the normalize ops for evaluation (train 0); replaces *ds. Errors
+ * name data.train.augment (a language model, an op that does not fit the images). */
+mr_status tr_data_augment(const mr_train_cfg *c, int train, mr_dataset **ds) MR_WUR;
+/* This replica's sample log "<$MIRROR_DATA_LOG>.<rank>" opened for appending; NULL when the
+ * variable is unset (or the file cannot be opened: warned). */
+FILE *tr_data_log_open(int rank);
+/* One line "<tag> <pos0 + j*stride> <source index> <source epoch>" per element j of the batch it
+ * delivered last. f NULL: a no-op. */
+void tr_data_log_batch(FILE *f, const char *tag, const mr_data_iter *it, int64_t pos0, int64_t stride);
 
 /* ---- one training step, top to bottom (train_step.c) ---- */
 /* The finite check per parameter for the steps of s's layout (after tr_ddp_new: the shard is

@@ -202,6 +202,11 @@ mr_status tr_step_forward_backward(trainer *t, mr_step *s, tr_times *tm, double 
         MR_TRY(mr_data_iter_next(t->train.it, &e, &end));
         MR_CHECK(!end, MR_ERR_INVALID, "data.train: the training data is empty");
         mr_trace_end1(k, s0, "data_wait", "micro", m);
+        if (t->data_log) { /* global position of element 0 (train_data.c) */
+            const int64_t micro = c->batch / (c->accumulate * t->world);
+            tr_data_log_batch(t->data_log, "train", t->train.it, ((t->step * c->accumulate + m) * micro) * t->world + t->rank,
+                              t->world);
+        }
         const double t1 = tr_now_s();
         const int64_t s1 = mr_trace_begin(k);
         MR_TRY(tr_dev_feed(&t->dv, s, e.data[0], e.data[1]));

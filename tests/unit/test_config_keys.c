@@ -136,6 +136,13 @@ static void describe(const mr_train_cfg *c, text *t) {
     I("token_bytes", c->token_bytes);
     put_str(t, "train_text", c->train_text), put_str(t, "eval_text", c->eval_text);
     I("sample_chars", c->sample_chars), I("shuffle", c->shuffle);
+    for (int i = 0; i < c->augment.n; i++) {
+        const mr_augment_op *o = &c->augment.op[i];
+        put(t, "augment[%d]=kind %d size %lld pad %lld p %.17g n %d", i, (int)o->kind, (long long)o->size, (long long)o->pad,
+            o->p, o->n);
+        for (int k = 0; k < o->n; k++) put(t, " mean %.17g std %.17g", o->mean[k], o->std[k]);
+        put(t, "\n");
+    }
     put_str(t, "run_dir", c->run_dir);
     I("tensorboard", c->tensorboard), I("histogram_every", c->histogram_every), I("trace_first", c->trace_first);
     I("trace_last", c->trace_last), I("trace_ops", c->trace_ops);
@@ -318,6 +325,10 @@ static int candidates(const mr_experiment *e, const field *f, char out[][512], i
     case K_INPUT: snprintf(out[n++], 512, "[3, 32, 32]"); break;
     case K_DEVICES: snprintf(out[n++], 512, "[cpu:0, cpu:1]"), snprintf(out[n++], 512, "[cuda:0, cuda:1]"); break;
     case K_WINDOW: snprintf(out[n++], 512, "[2, 3]"); break;
+    case K_AUGMENT:
+        snprintf(out[n++], 512, "[random_crop: {size: 28, pad: 4}, horizontal_flip: 0.5]");
+        snprintf(out[n++], 512, "[normalize: {mean: [0.25], std: [0.5]}]");
+        break;
     case K_PARAMS: break;
     }
     return n;
@@ -450,7 +461,7 @@ static void test_defaults(void **state) {
     /* the keys copied as they are: their fields show the experiment's value where the key applies */
     static const char *const translated[] = {"data.train.source", "data.eval.source", "precision.policy", "log.progress",
                                              "distribute.devices", "model.sizes", "model.channels", "model.input",
-                                             "log.trace"};
+                                             "log.trace", "data.train.augment"};
     for (int k = 0; k < mr_cfg_n_fields; k++) {
         const field *f = &mr_cfg_fields[k];
         int skip = !g_changed[k][0];
