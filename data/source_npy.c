@@ -233,12 +233,14 @@ static mr_status npz_member(const unsigned char *m, size_t len, const char *path
         const char *name = (const char *)m + at + 46;
         int match = (nl == wl && !memcmp(name, want, wl)) || (nl == wl + 4 && !memcmp(name, want, wl) && !memcmp(name + wl, ".npy", 4));
         if (match) {
-            for (uint64_t x = at + 46 + nl; x + 4 <= at + 46 + nl + xl;) { /* zip64 extra: sizes/offset in order */
+            const uint64_t xend = at + 46 + nl + xl; /* <= len, checked above */
+            for (uint64_t x = at + 46 + nl; x + 4 <= xend;) { /* zip64 extra: sizes/offset in order */
                 uint64_t id = le(m + x, 2), sz = le(m + x + 2, 2), q = x + 4;
+                uint64_t end = x + 4 + sz < xend ? x + 4 + sz : xend; /* a field may not claim past the extras */
                 if (id == 1) {
-                    if (usize == 0xFFFFFFFFu && q + 8 <= x + 4 + sz) usize = le(m + q, 8), q += 8;
-                    if (csize == 0xFFFFFFFFu && q + 8 <= x + 4 + sz) csize = le(m + q, 8), q += 8;
-                    if (loff == 0xFFFFFFFFu && q + 8 <= x + 4 + sz) loff = le(m + q, 8), q += 8;
+                    if (usize == 0xFFFFFFFFu && q + 8 <= end) usize = le(m + q, 8), q += 8;
+                    if (csize == 0xFFFFFFFFu && q + 8 <= end) csize = le(m + q, 8), q += 8;
+                    if (loff == 0xFFFFFFFFu && q + 8 <= end) loff = le(m + q, 8), q += 8;
                 }
                 x += 4 + sz;
             }

@@ -5,8 +5,9 @@
 # evaluation lines of the same data read from IDX (same order, same bits); with two replicas
 # (each reads its shard) a sharded HDF5 set trains like IDX; a run over a sharded set stopped at a
 # checkpoint taken after the shuffle has crossed a file boundary resumes to the uninterrupted
-# run's final checkpoint, bit for bit. The copies are written by tests/tools/data_copy (no Python
-# or TensorFlow needed). ~16 runs of 20 steps.
+# run's final checkpoint, bit for bit; a language model's token file split in two trains like the
+# whole file. The copies are written by tests/tools/data_copy (no numpy or TensorFlow needed;
+# python3 writes the token file). ~18 runs of 8 to 20 steps.
 # Usage: tests/e2e/data_sources.sh path/to/mirror path/to/data_copy
 set -uo pipefail
 mirror=${1:?usage: data_sources.sh path/to/mirror path/to/data_copy}
@@ -14,7 +15,9 @@ copy=${2:?usage: data_sources.sh path/to/mirror path/to/data_copy}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_fashion_mnist
-command -v gzip >/dev/null || { echo "data_sources.sh: gzip not found; HINT: apt-get install gzip"; exit 2; }
+for tool in gzip python3; do
+    command -v $tool >/dev/null || { echo "data_sources.sh: $tool not found; HINT: apt-get install $tool"; exit 2; }
+done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
@@ -93,6 +96,23 @@ check "the resumed run resumed from step 10" "grep -q 'resumed from resumed/ckpt
 crcs() { "$mirror" inspect "$1" | grep crc32 | awk '{print $1, $NF}'; }
 a=$(crcs hdf5_glob/ckpt-00000020.h5) b=$(crcs resumed/ckpt-00000020.h5)
 check "resumed over the sharded set: the final checkpoint equals the uninterrupted run's" "same \"\$a\" \"\$b\""
+
+# a token set: a language model's token file split in two at a window boundary (the second file
+# repeats the last token of the first, as every window needs its next token) trains like the file
+python3 -c "import struct,sys; sys.stdout.buffer.write(struct.pack('<4001H', *[(i * 7919 + i // 13) % 61 for i in range(4001)]))" >tok.bin
+head -c $(( (16 * 120 + 1) * 2 )) tok.bin >tok-0.bin && tail -c +$(( 16 * 120 * 2 + 1 )) tok.bin >tok-1.bin
+lm() { # lm NAME PATH: a small gpt, 8 steps; the loss lines go to NAME.lines
+    printf '%s\n' "seed: 2" "model: {type: gpt, vocab: 64, context: 16, layers: 1, heads: 2, embd: 16}" \
+        "data: {train: {source: tokens, path: '$2', token_bytes: 2, shuffle: 100}}" \
+        "optimizer: {type: adamw, lr: 1.0e-2}" "train: {steps: 8, batch: 4, eval_every: 0, log_every: 2}" \
+        "checkpoint: {dir: $1, resume: never}" >"$1.yaml"
+    timeout 300 "$mirror" train "$1.yaml" --quiet >"$1.log" 2>&1 || { tail -3 "$1.log"; return 1; }
+    grep -o '"loss": [0-9.e+-]*' "$1/metrics.jsonl" >"$1.lines"
+}
+lm tok_one tok.bin
+check "tokens: one file trains" "[ \$(wc -l <tok_one.lines) -eq 4 ]"
+lm tok_set 'tok-*.bin'
+check "tokens: the two-file set logs the one file's losses" "nonempty_file tok_set.lines && cmp -s tok_one.lines tok_set.lines"
 
 # bad input: one error line naming the file, a HINT, exit 1 (a run-time failure: launch/main.c)
 printf 'not hdf5' >sh-00007-of-00007.h5
