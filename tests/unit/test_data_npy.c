@@ -3,8 +3,9 @@
  * with the widened dtypes (i2 -> i32, u4 -> i64, bool -> i32), format version 2, and .npz members
  * stored (np.savez) and deflated (np.savez_compressed); every error path names the file (and
  * member) and the offset: Fortran order, object, big-endian and structured dtypes, bad magic, a
- * truncated array, a 0-d array, first dims that differ, a missing file or member, a zip without
- * its directory, corrupt deflate data. mr_data_as_classes converts labels (u8, i64, shape [1]) and
+ * truncated array, a header past the end, a 0-d array, first dims that differ, a missing file or
+ * member, a zip without its directory, an unsupported zip compression, a damaged local header,
+ * corrupt deflate data. mr_data_as_classes converts labels (u8, i64, shape [1]) and
  * refuses float labels; mr_data_expand_paths expands globs in sorted order and lists in their
  * order; mr_data_concat reads files one after the other, shuffles across the boundaries, and a
  * state saved mid-set restores to the same next elements. */
@@ -223,6 +224,28 @@ static void test_errors(void **state) {
     mr_status st = mr_data_from_npy(paths, members, names, 1, &ds);
     if (st == MR_OK) fail_msg("a corrupt deflate stream was accepted");
     assert_non_null(strstr(mr_last_error(), "bad.npy"));
+    free(c);
+    free(b);
+    /* a header longer than the file; a member in an unsupported compression (bzip2: method 12);
+     * a damaged local header */
+    b = slurp(fx("i2.npy"), &n);
+    spit(p, b, 60);
+    bad1(p, NULL, MR_ERR_FORMAT, "offset 8: .npy header of 118 bytes", "runs past the end of the file");
+    free(b);
+    b = slurp(fx("arrays.npz"), &n);
+    c = malloc(n);
+    memcpy(c, b, n);
+    unsigned char *cd = NULL;
+    for (size_t k = 0; k + 4 <= n && !cd; k++)
+        if (!memcmp(c + k, "PK\x01\x02", 4)) cd = c + k; /* the first central directory entry: member x */
+    assert_non_null(cd);
+    cd[10] = 12;
+    spit(p, c, n);
+    bad1(p, "x", MR_ERR_UNSUPPORTED, "compression method 12", "HINT");
+    memcpy(c, b, n);
+    c[0] = 'Q'; /* member x's local header is the first thing in the archive */
+    spit(p, c, n);
+    bad1(p, "x", MR_ERR_FORMAT, "offset 0: bad zip local header of member x", NULL);
     free(c);
     free(b);
     /* first dims that differ: i2 has 5 elements, a 4-element copy of v2 */

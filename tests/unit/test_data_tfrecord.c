@@ -4,7 +4,8 @@
  * access through the record index) and from several threads; every error path names the file,
  * the record and its byte offset: a corrupt data CRC, a corrupt length CRC, a truncated record
  * (cut in its header and in its data), a truncated GZIP stream, a missing feature, a feature of
- * another list kind (wrong dtype), an int64 outside int32, a value count other than the shape's,
+ * another list kind (wrong dtype), an int64 outside int32, a value count other than the shape's
+ * or than record 0's, a bytes feature of several strings,
  * not a tf.train.Example, an empty file, a missing file, bad arguments. A sharded set of TFRecord
  * files read as one dataset (mr_data_expand_paths + mr_data_concat) equals the single file. */
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include "harness.h"
 #include "data/sources.h"
 #include "data/tfrecord.h"
+#include "proto/example.pb-c.h"
 
 #define NREC 7
 
@@ -298,12 +300,53 @@ static void test_errors(void **state) {
     free(b);
 }
 
+/* Writes records whose single feature "image" is a bytes_list of nvals[r] values of lens[r] bytes. */
+static void write_bytes_records(const char *path, int n, const int *nvals, const int *lens) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    static uint8_t raw[64];
+    for (int r = 0; r < n; r++) {
+        ProtobufCBinaryData bd[4];
+        for (int v = 0; v < nvals[r]; v++) bd[v] = (ProtobufCBinaryData){(size_t)lens[r], raw};
+        Tensorflow__BytesList bl = TENSORFLOW__BYTES_LIST__INIT;
+        bl.n_value = (size_t)nvals[r], bl.value = bd;
+        Tensorflow__Feature ft = TENSORFLOW__FEATURE__INIT;
+        ft.kind_case = TENSORFLOW__FEATURE__KIND_BYTES_LIST, ft.bytes_list = &bl;
+        Tensorflow__Features__FeatureEntry en = TENSORFLOW__FEATURES__FEATURE_ENTRY__INIT, *ents[1] = {&en};
+        en.key = "image", en.value = &ft;
+        Tensorflow__Features fs = TENSORFLOW__FEATURES__INIT;
+        fs.n_feature = 1, fs.feature = ents;
+        Tensorflow__Example ex = TENSORFLOW__EXAMPLE__INIT;
+        ex.features = &fs;
+        uint8_t buf[512];
+        size_t len = tensorflow__example__get_packed_size(&ex);
+        assert_true(len <= sizeof buf);
+        tensorflow__example__pack(&ex, buf);
+        MR_ASSERT_OK(mr_tfrecord_write(f, path, buf, len));
+    }
+    fclose(f);
+}
+
+/* Records that disagree with record 0 on a value count, and a bytes feature of several strings. */
+static void test_record_shapes(void **state) {
+    (void)state;
+    const char *p = th_tmp_path("shapes.tfrecord");
+    mr_tfrecord_feature f[1] = {{"image", "image", MR_U8, {.ndim = -1}}};
+    const int nv[3] = {1, 1, 1}, lens[3] = {12, 12, 10};
+    write_bytes_records(p, 3, nv, lens);
+    expect_bad(p, f, 1, 0, MR_ERR_FORMAT, "record 2", "has 10 values, record 0 has 12");
+    const int nv2[2] = {1, 2}, lens2[2] = {12, 12};
+    write_bytes_records(p, 2, nv2, lens2);
+    expect_bad(p, f, 1, 0, MR_ERR_FORMAT, "record 1", "holds 2 byte strings");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reads_tensorflow_files),
         cmocka_unit_test(test_random_access),
         cmocka_unit_test(test_sharded_set),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_record_shapes),
     };
     return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);
 }
