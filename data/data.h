@@ -1,4 +1,5 @@
 /* mirror's input pipeline: tf.data-like sources and transforms, and a resumable iterator.
+ * (.npy/.npz, TFRecord and sharded file sets: data/sources.h.)
  *
  * A dataset is an immutable, reference-counted description: a source (in-memory arrays, IDX
  * files, flat token files, HDF5 datasets, text files, a user callback, or cache/interleave, which

@@ -26,7 +26,7 @@ _Static_assert(sizeof(mr_optim_kind) == sizeof(int), "enum fields are written as
 /* ---- the key table ---------------------------------------------------------------------------- */
 
 static const char *const MODEL_TYPES[] = {"mlp", "cnn", "gpt", "graph", NULL};
-static const char *const SOURCES[] = {"none", "idx", "tokens", "text", "hdf5", NULL};
+static const char *const SOURCES[] = {"none", "idx", "tokens", "text", "hdf5", "npy", "tfrecord", NULL};
 static const char *const OPTIMS[] = {"sgd", "adam", "adamw", NULL};
 static const char *const SCHEDS[] = {"constant", "step", "cosine", "linear", NULL};
 static const char *const POLICIES[] = {"float32", "mixed_float16", "mixed_bfloat16", NULL};
@@ -50,7 +50,11 @@ static const char *const ES_MODES[] = {"auto", "min", "max", NULL};
     FS("data." #s ".x_dataset", data.s.x_dataset, F_NONEMPTY),                                        \
     FS("data." #s ".y_dataset", data.s.y_dataset, F_NONEMPTY), FI("data." #s ".context", data.s.context, 0), \
     FI("data." #s ".token_bytes", data.s.token_bytes, 2), FI("data." #s ".shuffle", data.s.shuffle, 0),      \
-    FI("data." #s ".seed", data.s.seed, 0)
+    FI("data." #s ".seed", data.s.seed, 0), FS("data." #s ".features.image.key", data.s.image_key, F_NONEMPTY),     \
+    FE("data." #s ".features.image.dtype", data.s.image_dtype, MR_CFG_IMAGE_DTYPES),                             \
+    {"data." #s ".features.image.shape", K_SHAPE, OFF(data.s.image_shape), 0, 0, 0, 0, NULL},                      \
+    FS("data." #s ".features.label.key", data.s.label_key, F_NONEMPTY),                                          \
+    FE("data." #s ".features.label.dtype", data.s.label_dtype, MR_CFG_LABEL_DTYPES)
 
 const field mr_cfg_fields[] = {
     FI("seed", seed, 0),
@@ -246,8 +250,7 @@ mr_status mr_cfg_perr_at(const char *file, int line, mr_status s, pos p, const c
 
 /* An F_FILE value must name an existing file (when set); an F_RESUME value is auto, never or one. */
 static mr_status file_check(const field *f, const char *s, pos p) {
-    if ((f->flags & F_FILE) && s[0] && access(s, F_OK) != 0)
-        return perr(MR_ERR_NOT_FOUND, p, "%s: no such file '%s'", f->path, s);
+    if ((f->flags & F_FILE) && s[0]) return mr_cfg_check_files(f, s, p); /* globs, lists: config_data.c */
     if ((f->flags & F_RESUME) && s[0] && strcmp(s, "auto") && strcmp(s, "never") && access(s, F_OK) != 0)
         return perr(MR_ERR_NOT_FOUND, p, "%s: expected auto, never or an existing checkpoint, got '%s' (no such file)",
                     f->path, s);
@@ -439,8 +442,11 @@ static mr_status set_node(const walker *w, mr_experiment *e, const field *f, con
         return mr_cfg_set_window(w, e, f, n);
     case K_AUGMENT:
         return mr_cfg_set_augment(w, e, f, n);
+    case K_SHAPE:
+        return mr_cfg_set_shape(w, e, f, n); /* config_data.c */
     default:
         if (f->off == OFF(model.layers) && n->type == YAML_SEQUENCE_NODE) return mr_cfg_set_model_node(w, e, f, n);
+        if ((f->flags & F_FILE) && n->type == YAML_SEQUENCE_NODE) return mr_cfg_set_file_list(w, e, f, n);
         if (n->type != YAML_SCALAR_NODE)
             return perr(MR_ERR_INVALID, p, "%s: expected %s, got %s", f->path, expected(f), node_kind(n));
         return mr_cfg_set_scalar(e, f, SCALAR(n), p);
@@ -627,8 +633,7 @@ mr_experiment mr_experiment_default(void) {
     e.model = mr_model_cfg_default(MR_MODEL_CNN);
     mr_data_cfg d;
     memset(&d, 0, sizeof d);
-    strcpy(d.x_dataset, "x");
-    strcpy(d.y_dataset, "y");
+    mr_cfg_data_default(&d); /* the data files' keys: config_data.c */
     d.token_bytes = 2;
     e.data.train = d;
     e.data.eval = d;
@@ -780,25 +785,15 @@ static mr_status check_impl(const mr_experiment *e, const char *origin, const ke
         const char *nm = i ? "data.eval" : "data.train";
         const mr_data_cfg *d = ds[i];
         if (d->source == MR_SRC_NONE) {
-            if (!i) return perr(MR_ERR_INVALID, P("data.train.source"), "data.train.source: missing required value (idx, tokens, text or hdf5)");
+            if (!i) return perr(MR_ERR_INVALID, P("data.train.source"), "data.train.source: missing required value (idx, tokens, text, hdf5, npy or tfrecord)");
             continue;
         }
-        if (d->source == MR_SRC_IDX && !d->images[0]) return perr(MR_ERR_INVALID, P(nm), "%s.images: missing required value for source idx", nm);
-        if (d->source == MR_SRC_IDX && !d->labels[0]) return perr(MR_ERR_INVALID, P(nm), "%s.labels: missing required value for source idx", nm);
-        if (d->source != MR_SRC_IDX && !d->path[0])
-            return perr(MR_ERR_INVALID, P(nm), "%s.path: missing required value for source %s", nm, SOURCES[d->source]);
+        mr_status ss = mr_cfg_check_source(d, nm, P(nm)); /* config_data.c */
+        if (ss) return ss;
     }
-    /* What the trainer cannot run yet, on the final values (mr_experiment_check: after --set, which
-     * may still change the source; parsing alone accepts the document). An hdf5 source would leave
-     * x_dataset/y_dataset unread; an evaluation source of another kind than the training data
-     * would not be read at all (a classifier evaluates on idx, a language model on the training
-     * source's kind). */
-    for (int i = 0; final && i < 2; i++) {
-        const char *key = i ? "data.eval.source" : "data.train.source";
-        if (ds[i]->source == MR_SRC_HDF5)
-            return perr(MR_ERR_UNSUPPORTED, P(key), "%s: hdf5 is not read by the trainer yet (x_dataset/y_dataset would be "
-                        "ignored); HINT: convert the data to idx or tokens files and set %s to idx, tokens or text", key, key);
-    }
+    /* What the trainer cannot run, on the final values (mr_experiment_check: after --set, which may
+     * still change the source; parsing alone accepts the document): an evaluation source of another
+     * kind than the training data would not be read at all. */
     if (final && e->data.eval.source != MR_SRC_NONE && e->data.eval.source != e->data.train.source)
         return perr(MR_ERR_INVALID, P("data.eval.source"), "data.eval.source: must be the training source's kind (%s) or none, "
                     "got %s (the trainer reads evaluation data of the training data's kind only); HINT: set "

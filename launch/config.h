@@ -36,13 +36,26 @@ typedef enum mr_data_source_kind {
     MR_SRC_IDX = 1,  /* images + labels IDX files (MNIST format) */
     MR_SRC_TOKENS = 2, /* a flat token file: path, token_bytes, context */
     MR_SRC_TEXT = 3, /* a text file tokenized by characters: path, context */
-    MR_SRC_HDF5 = 4  /* an HDF5 file: path, x_dataset, y_dataset */
+    MR_SRC_HDF5 = 4, /* an HDF5 file: path, x_dataset, y_dataset */
+    MR_SRC_NPY = 5,  /* .npy files (images, labels) or a .npz (path, x_dataset, y_dataset members) */
+    MR_SRC_TFRECORD = 6 /* TFRecord files of tf.train.Example: path, features */
 } mr_data_source_kind;
+
+#define MR_CFG_MAX_SHAPE 8
+typedef struct mr_cfg_shape {
+    int64_t n;
+    int64_t dim[MR_CFG_MAX_SHAPE];
+} mr_cfg_shape;
 
 typedef struct mr_data_cfg {
     mr_data_source_kind source;
     char images[MR_CFG_PATH_MAX], labels[MR_CFG_PATH_MAX], path[MR_CFG_PATH_MAX];
-    char x_dataset[MR_CFG_NAME_MAX], y_dataset[MR_CFG_NAME_MAX]; /* hdf5 dataset names ("x", "y") */
+    char x_dataset[MR_CFG_NAME_MAX], y_dataset[MR_CFG_NAME_MAX]; /* hdf5 datasets, npz members ("x", "y") */
+    /* tfrecord: the tf.train.Example features (features.image.key, ...; launch/config_data.c) */
+    char image_key[MR_CFG_NAME_MAX], label_key[MR_CFG_NAME_MAX];
+    int image_dtype; /* 0: uint8 (a bytes_list of raw pixels), the one the trainer reads */
+    mr_cfg_shape image_shape; /* the image's shape (n 0: model.input's) */
+    int label_dtype; /* 0: int64, 1: int32 (an int64_list either way; int32 range-checked on read) */
     int64_t context;     /* tokens/text window; 0 = model.context */
     int64_t token_bytes; /* 2 or 4 */
     int64_t shuffle;     /* shuffle buffer in elements; 0 = no shuffle */

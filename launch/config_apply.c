@@ -74,12 +74,13 @@ int mr_cfg_unused(const mr_experiment *e, const field *f, char *why, size_t cap)
             snprintf(why, cap, "with %s none", sel);
             return 1;
         }
-        return unused_by(leaf, "images labels", names_of("data.train.source"), s, "idx", sel, why, cap) ||
-               unused_by(leaf, "path", names_of("data.train.source"), s, "tokens text hdf5", sel, why, cap) ||
-               unused_by(leaf, "x_dataset y_dataset", names_of("data.train.source"), s, "hdf5", sel, why, cap) ||
+        return unused_by(leaf, "images labels", names_of("data.train.source"), s, "idx npy", sel, why, cap) ||
+               unused_by(leaf, "path", names_of("data.train.source"), s, "tokens text hdf5 npy tfrecord", sel, why, cap) ||
+               unused_by(leaf, "x_dataset y_dataset", names_of("data.train.source"), s, "hdf5 npy", sel, why, cap) ||
+               unused_by(leaf, "key dtype shape", names_of("data.train.source"), s, "tfrecord", sel, why, cap) ||
                unused_by(leaf, "context", names_of("data.train.source"), s, "tokens text", sel, why, cap) ||
                unused_by(leaf, "token_bytes", names_of("data.train.source"), s, "tokens", sel, why, cap) ||
-               unused_by(leaf, "augment", names_of("data.train.source"), s, "idx hdf5", sel, why, cap);
+               unused_by(leaf, "augment", names_of("data.train.source"), s, "idx hdf5 npy tfrecord", sel, why, cap);
     }
     if (!strncmp(path, "optimizer.", 10)) {
         int t = (int)e->optimizer.type;

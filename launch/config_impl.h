@@ -9,7 +9,7 @@
 
 #include "launch/config.h"
 
-typedef enum kind { K_INT, K_NUM, K_BOOL, K_STR, K_ENUM, K_SIZES, K_CHANNELS, K_INPUT, K_DEVICES, K_PARAMS, K_WINDOW, K_AUGMENT } kind;
+typedef enum kind { K_INT, K_NUM, K_BOOL, K_STR, K_ENUM, K_SIZES, K_CHANNELS, K_INPUT, K_DEVICES, K_PARAMS, K_WINDOW, K_AUGMENT, K_SHAPE } kind;
 enum { F_LO_EXCL = 1, F_HI_EXCL = 2, F_FILE = 4, F_RESUME = 8, F_NONEMPTY = 16 };
 
 typedef struct field {
@@ -75,6 +75,18 @@ mr_status mr_cfg_set_augment(const walker *w, mr_experiment *e, const field *f, 
 void mr_cfg_augment_text(const mr_augment_cfg *a, char *buf, size_t cap);
 /* Checks a graph model's layers (mr_layers_check), the message at the failing layer's line. */
 mr_status mr_cfg_check_layers(const mr_experiment *e, pos where) MR_WUR;
+
+/* Data file keys (config_data.c): an F_FILE value that may be a glob or a '\n'-separated list must
+ * name existing files (MR_ERR_NOT_FOUND); a YAML list for an F_FILE key becomes that list; the
+ * required keys of d's source kind (nm: "data.train" or "data.eval"). */
+mr_status mr_cfg_check_files(const field *f, const char *s, pos p);
+mr_status mr_cfg_set_file_list(const walker *w, mr_experiment *e, const field *f, const yaml_node_t *n);
+mr_status mr_cfg_check_source(const mr_data_cfg *d, const char *nm, pos p);
+/* Defaults of the data file keys (x_dataset, features.*); the names of the feature dtypes. */
+void mr_cfg_data_default(mr_data_cfg *d);
+/* A K_SHAPE value (features.image.shape): a list of 1 to MR_CFG_MAX_SHAPE sizes >= 1, or [] (none). */
+mr_status mr_cfg_set_shape(const walker *w, mr_experiment *e, const field *f, const yaml_node_t *n);
+extern const char *const MR_CFG_IMAGE_DTYPES[], *const MR_CFG_LABEL_DTYPES[];
 
 /* The table entry for a dotted key, or NULL. */
 const field *mr_cfg_find_field(const char *path);

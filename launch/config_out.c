@@ -128,7 +128,17 @@ static void emit_value(sbuf *b, const mr_experiment *e, const field *f) {
     case K_NUM: { double v; memcpy(&v, base, sizeof v); fmt_num(num, sizeof num, v); sb_printf(b, "%s", num); break; }
     case K_BOOL: { int v; memcpy(&v, base, sizeof v); sb_printf(b, "%s", v ? "true" : "false"); break; }
     case K_ENUM: { int v; memcpy(&v, base, sizeof v); sb_printf(b, "%s", f->names[v]); break; }
-    case K_STR: sb_quoted(b, base); break;
+    case K_STR:
+        if (!strchr(base, '\n')) { sb_quoted(b, base); break; }
+        sb_printf(b, "["); /* a list of data files (config_data.c) */
+        for (const char *q = base; *q; q += strcspn(q, "\n") + (q[strcspn(q, "\n")] != 0)) {
+            char one[MR_CFG_PATH_MAX];
+            snprintf(one, sizeof one, "%.*s", (int)strcspn(q, "\n"), q);
+            sb_printf(b, "%s", q == base ? "" : ", ");
+            sb_quoted(b, one);
+        }
+        sb_printf(b, "]");
+        break;
     case K_SIZES:
         sb_printf(b, "[");
         for (int i = 0; i < e->model.n_sizes; i++) sb_printf(b, "%s%lld", i ? ", " : "", (long long)e->model.sizes[i]);
@@ -149,6 +159,14 @@ static void emit_value(sbuf *b, const mr_experiment *e, const field *f) {
         char t[4096];
         mr_cfg_augment_text((const mr_augment_cfg *)base, t, sizeof t);
         sb_printf(b, "%s", t);
+        break;
+    }
+    case K_SHAPE: {
+        mr_cfg_shape s;
+        memcpy(&s, base, sizeof s);
+        sb_printf(b, "[");
+        for (int64_t i = 0; i < s.n; i++) sb_printf(b, "%s%lld", i ? ", " : "", (long long)s.dim[i]);
+        sb_printf(b, "]");
         break;
     }
     case K_WINDOW: {

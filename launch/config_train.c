@@ -104,23 +104,40 @@ static mr_status copy_key(const mr_experiment *e, const struct dest *d, mr_train
 /* ---- translated keys --------------------------------------------------------------------------- */
 
 /* data.<train|eval>: the source's files into the trainer's fields for that kind. The config check
- * (mr_experiment_check) has already refused what the trainer cannot read (hdf5, an evaluation
- * source of another kind than the training one); this is the last line. */
+ * (mr_experiment_check) has already refused what the trainer cannot read (an evaluation source of
+ * another kind than the training one); this is the last line. */
 static mr_status map_source(const mr_data_cfg *d, int train, mr_train_cfg *c) {
     const char **images = train ? &c->train_images : &c->eval_images;
     const char **labels = train ? &c->train_labels : &c->eval_labels;
     const char **tokens = train ? &c->train_tokens : &c->eval_tokens;
     const char **text = train ? &c->train_text : &c->eval_text;
+    const char **xds = train ? &c->train_x_dataset : &c->eval_x_dataset;
+    const char **yds = train ? &c->train_y_dataset : &c->eval_y_dataset;
     switch (d->source) {
     case MR_SRC_IDX: *images = d->images, *labels = d->labels; return MR_OK;
+    case MR_SRC_HDF5: /* the file (or set) and its datasets: train/train_source.c */
+        *images = d->path, *labels = NULL, *xds = d->x_dataset, *yds = d->y_dataset;
+        return MR_OK;
+    case MR_SRC_TFRECORD: /* the file (or set) and the Example's feature names */
+        *images = d->path, *labels = NULL, *xds = d->image_key, *yds = d->label_key;
+        *(train ? &c->train_label_i32 : &c->eval_label_i32) = d->label_dtype == 1;
+        int64_t *shape = train ? c->train_image_shape : c->eval_image_shape;
+        shape[0] = d->image_shape.n;
+        for (int64_t i = 0; i < d->image_shape.n; i++) shape[1 + i] = d->image_shape.dim[i];
+        return MR_OK;
+    case MR_SRC_NPY: /* .npy files, or a .npz and its members */
+        if (d->path[0]) *images = d->path, *labels = NULL, *xds = d->x_dataset, *yds = d->y_dataset;
+        else *images = d->images, *labels = d->labels, *xds = *yds = NULL;
+        return MR_OK;
     case MR_SRC_TOKENS: *tokens = d->path; return MR_OK;
     case MR_SRC_TEXT: *text = d->path; return MR_OK;
     case MR_SRC_NONE:
         if (!train) return MR_OK;
-        return mr_set_error(MR_ERR_INVALID, "data.train.source: missing required value (idx, tokens or text)");
+        return mr_set_error(MR_ERR_INVALID, "data.train.source: missing required value (idx, tokens, text, hdf5, npy "
+                                            "or tfrecord)");
     default:
-        return mr_set_error(MR_ERR_UNSUPPORTED, "data.%s.source: the trainer reads idx, tokens and text sources so far",
-                            train ? "train" : "eval");
+        return mr_set_error(MR_ERR_UNSUPPORTED, "data.%s.source: kind %d is not read by the trainer",
+                            train ? "train" : "eval", (int)d->source);
     }
 }
 
@@ -195,6 +212,8 @@ mr_status mr_experiment_train_cfg(const mr_experiment *e, const char *run_dir, m
     if (st) return st;
     c->shuffle = tr->shuffle;
     c->augment = tr->augment; /* evaluation applies its normalize ops (train/train_data.c) */
+    c->data_source = tr->source == MR_SRC_HDF5 ? MR_TRAIN_SRC_HDF5 : tr->source == MR_SRC_NPY ? MR_TRAIN_SRC_NPY
+                     : tr->source == MR_SRC_TFRECORD ? MR_TRAIN_SRC_TFRECORD : MR_TRAIN_SRC_IDX;
     c->token_bytes = (int)tr->token_bytes;
     c->sample_chars = tr->source == MR_SRC_TEXT ? 400 : 0; /* a character model prints what it learned */
 

@@ -3,6 +3,7 @@
  * reduction, agreement, unscale/clip/update; the exchange itself: distribute/ddp.h). Checkpoint
  * contents: train_ckpt.c; the device path: train_device.c; replicas: train_dist.c. */
 #include "train/train_impl.h"
+#include "train/train_source.h"
 #include "checkpoint/ckpt.h"
 #include "core/log.h"
 #include "core/math/philox_math.h"
@@ -109,8 +110,7 @@ static mr_status make_pipeline(const mr_train_cfg *c, mr_model_cfg *fit, int tra
             if (c->train_text && c->eval_text && !strcmp(c->train_text, c->eval_text))
                 THEN(train ? mr_data_skip(ds, MR_TEXT_HOLDOUT, &next) : mr_data_take(ds, MR_TEXT_HOLDOUT, &next));
         } else {
-            const char *path = train ? c->train_tokens : c->eval_tokens;
-            MR_TRY(mr_data_from_tokens(path, c->token_bytes, window, MR_DATA_TOKENS_RAW, &ds));
+            MR_TRY(tr_open_tokens(c, train, window, &ds)); /* train/train_source.c: a file, glob or list */
         }
         if (fit && c->train_text) {
             const int32_t *vocab = NULL;
@@ -126,7 +126,7 @@ static mr_status make_pipeline(const mr_train_cfg *c, mr_model_cfg *fit, int tra
         if (train) THEN(mr_data_repeat(ds, -1, &next));
         if (train && world > 1) THEN(mr_data_shard(ds, world, rank, &next));
     } else {
-        MR_TRY(mr_data_from_idx(train ? c->train_images : c->eval_images, train ? c->train_labels : c->eval_labels, &ds));
+        MR_TRY(tr_open_source(c, train, &ds)); /* train/train_source.c: IDX, HDF5, .npy/.npz, TFRecord; sets */
         if (!train && world > 1) THEN(mr_data_shard(ds, world, rank, &next));
         const mr_data_spec *in = mr_data_element_spec(ds);
         if (fit) MR_TRY(mr_model_fit_data(fit, in->comp[0].shape, 0));
@@ -346,8 +346,8 @@ static mr_status check_cfg(const mr_train_cfg *c) {
     if (mr_model_task(&c->model) == MR_TASK_LM) {
         if (!c->train_tokens && !c->train_text)
             return mr_set_error(MR_ERR_INVALID, "data.train.path: a language model needs a token or text file");
-    } else if (!c->train_images || !c->train_labels) {
-        return mr_set_error(MR_ERR_INVALID, "data.train: a classifier (model.type %s) needs IDX images and labels",
+    } else if (!c->train_images || (!c->train_labels && c->data_source == MR_TRAIN_SRC_IDX)) {
+        return mr_set_error(MR_ERR_INVALID, "data.train: a classifier (model.type %s) needs images and labels",
                             mr_model_type_name(c->model.type));
     }
     return mr_schedule_check(&c->schedule);

@@ -21,6 +21,9 @@ extern "C" {
 
 #define MR_TEXT_HOLDOUT 64
 
+/* mr_train_cfg.data_source (train/train_source.h). */
+enum { MR_TRAIN_SRC_IDX = 0, MR_TRAIN_SRC_HDF5 = 1, MR_TRAIN_SRC_NPY = 2, MR_TRAIN_SRC_TFRECORD = 3 };
+
 struct mr_train_state;
 struct mr_comm;
 
@@ -41,6 +44,18 @@ typedef struct mr_train_cfg {
      * count). When eval_text names the same file, its first MR_TEXT_HOLDOUT windows are held out
      * for evaluation and training skips them. */
     const char *train_text, *eval_text;
+    /* The classifier's source kind (train/train_source.h): MR_TRAIN_SRC_IDX (0: train_images and
+     * train_labels are IDX files), HDF5 (train_images is the file, train_x_dataset and
+     * train_y_dataset the datasets), NPY (.npy files in train_images/train_labels, or with
+     * train_x_dataset/train_y_dataset set, a .npz in train_images and its members) or TFRECORD (train_images; train_x_dataset and
+     * train_y_dataset are the Example's image and label feature keys). Every
+     * path may be a glob or a '\n'-separated list (a sharded set, read as one dataset); so may
+     * train_tokens. */
+    int data_source;
+    const char *train_x_dataset, *train_y_dataset, *eval_x_dataset, *eval_y_dataset;
+    int train_label_i32, eval_label_i32; /* TFRECORD: read the label as int32 (range-checked) */
+    int64_t train_image_shape[9], eval_image_shape[9]; /* TFRECORD: [0] dims, then the sizes (0 dims: the
+                                                        * model's sample shape) */
     int64_t sample_chars;       /* text gpt: characters generated after training (0: none) */
     int64_t shuffle;            /* shuffle buffer; 0: no shuffling */
     mr_augment_cfg augment;     /* data.train.augment: training image maps; evaluation takes its normalize ops */

@@ -21,7 +21,12 @@
  *           and float, every dataset listed, described (mr_ckpt_info) and read in its own dtype
  *           (and as a blob), up to MR_FUZZ_MAX_READ bytes each.
  *   hdf5:   the bytes are an HDF5 data file: mr_data_from_hdf5 with ("/images", "/labels"),
- *           ("/x") and ("/g/tokens"), each iterated. */
+ *           ("/x") and ("/g/tokens"), each iterated.
+ *   npy:    the bytes are a .npy file and a .npz archive: mr_data_from_npy as .npy, as the .npz
+ *           members "x" and ("x", "y"), each iterated.
+ *   tfrecord: the bytes are a TFRecord file (GZIP when they start with 1f 8b): mr_data_from_tfrecord
+ *           with features as tests/gen_tfrecord.py writes them (image/encoded_raw u8, label i64 and
+ *           i32, weights f32), shapes from record 0, each iterated. */
 #ifndef MR_TESTS_FUZZ_TARGETS_H
 #define MR_TESTS_FUZZ_TARGETS_H
 
@@ -34,6 +39,7 @@
 #include "checkpoint/ckpt.h"
 #include "core/status.h"
 #include "data/data.h"
+#include "data/sources.h"
 #include "launch/config.h"
 
 /* Elements iterated per dataset at most: an IDX images file may declare 2^31 images of a zero-size
@@ -324,6 +330,36 @@ static int mr_fuzz_hdf5(const uint8_t *data, size_t size) {
         mr_status st = mr_data_from_hdf5(path, sets[k], sets[k][1] ? 2 : 1, &ds);
         mr_fuzz_check(st, "mr_data_from_hdf5");
         if (st == MR_OK) mr_fuzz_drain(ds, "hdf5 iteration");
+        else if (ds) abort();
+    }
+    return 0;
+}
+
+static int mr_fuzz_npy(const uint8_t *data, size_t size) {
+    const char *path = mr_fuzz_write(data, size);
+    const char *paths[2] = {path, path}, *names[2] = {"a", "b"}, *members[2] = {"x", "y"};
+    for (int v = 0; v < 3; v++) {
+        mr_dataset *ds = NULL;
+        mr_status st = mr_data_from_npy(paths, v ? members : NULL, names, v == 2 ? 2 : 1, &ds);
+        mr_fuzz_check(st, "mr_data_from_npy");
+        if (st == MR_OK) mr_fuzz_drain(ds, "npy iteration");
+        else if (ds) abort();
+    }
+    return 0;
+}
+
+static int mr_fuzz_tfrecord(const uint8_t *data, size_t size) {
+    const char *path = mr_fuzz_write(data, size);
+    const mr_tfrecord_feature sets[3][2] = {
+        {{"image/encoded_raw", "image", MR_U8, {.ndim = -1}}, {"label", "label", MR_I64, {.ndim = -1}}},
+        {{"label", "label", MR_I32, {.ndim = -1}}, {"weights", "w", MR_F32, {.ndim = -1}}},
+        {{"image/encoded_raw", "image", MR_U8, {.ndim = 2, .dim = {3, 4}}}, {"big", "big", MR_I32, {.ndim = -1}}},
+    };
+    for (int v = 0; v < 3; v++) {
+        mr_dataset *ds = NULL;
+        mr_status st = mr_data_from_tfrecord(path, sets[v], 2, &ds);
+        mr_fuzz_check(st, "mr_data_from_tfrecord");
+        if (st == MR_OK) mr_fuzz_drain(ds, "tfrecord iteration");
         else if (ds) abort();
     }
     return 0;

@@ -27,7 +27,7 @@ cd "$root"
 replay=0
 if [ "${1:-}" = "--replay" ]; then replay=1; shift; fi
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(idx tokens text config ckpt hdf5)
+[ ${#targets[@]} -gt 0 ] || targets=(idx tokens text config ckpt hdf5 npy tfrecord)
 seconds="${FUZZ_SECONDS:-60}"
 jobs="${FUZZ_JOBS:-1}"
 out="${FUZZ_BUILD:-$root/build-fuzz}"
@@ -50,11 +50,19 @@ hdf5_cflags=$(pkg-config --cflags hdf5-serial 2>/dev/null || echo "-I/usr/includ
 hdf5_libs=$(pkg-config --libs hdf5-serial 2>/dev/null || echo "-L/usr/lib/x86_64-linux-gnu/hdf5/serial -lhdf5")
 yaml_libs=$(pkg-config --libs yaml-0.1 2>/dev/null || echo "-lyaml")
 zlib_libs=$(pkg-config --libs zlib 2>/dev/null || echo "-lz")
+pbc_libs=$(pkg-config --libs libprotobuf-c 2>/dev/null || echo "-lprotobuf-c")
+# data/source_tfrecord.c decodes tf.train.Example with protobuf-c: its C code from proto/example.proto
+mkdir -p "$out/gen/proto"
+if [ ! -f "$out/gen/proto/example.pb-c.c" ] || [ proto/example.proto -nt "$out/gen/proto/example.pb-c.c" ]; then
+    command -v protoc-c >/dev/null || { echo "tests/fuzz/run.sh: protoc-c not found; HINT: apt-get install protobuf-c-compiler libprotobuf-c-dev"; exit 2; }
+    protoc-c --c_out="$out/gen/proto" -I proto proto/example.proto
+fi
 lib_sources=(core/status.c core/dtype.c core/shape.c core/rng.c core/h5_util.c data/*.c checkpoint/*.c
              $(ls launch/config*.c | grep -v config_train.c) models/models.c models/layers.c autodiff/*.c
              core/op_table.c core/op_util.c core/ref/*.c core/cpu/*.c core/tensor.c core/device.c core/alloc_cache.c
-             core/vec.c core/trace.c)
-flags=(-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -fopenmp -ffunction-sections -Wno-pass-failed -I. $hdf5_cflags
+             core/vec.c core/trace.c "$out/gen/proto/example.pb-c.c")
+flags=(-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -fopenmp -ffunction-sections -Wno-pass-failed -I. -I"$out/gen"
+       $hdf5_cflags
        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
 mkdir -p "$out/obj" "$out/bin"
 
@@ -74,10 +82,10 @@ for src in "${lib_sources[@]}"; do
     objs+=("$obj")
 done
 for t in "${targets[@]}"; do
-    [ -f "$here/fuzz_$t.c" ] || { echo "tests/fuzz/run.sh: no target '$t' (idx tokens text config ckpt hdf5)"; exit 2; }
+    [ -f "$here/fuzz_$t.c" ] || { echo "tests/fuzz/run.sh: no target '$t' (idx tokens text config ckpt hdf5 npy tfrecord)"; exit 2; }
     bin="$out/bin/fuzz_$t"
     if [ ! -x "$bin" ] || [ -n "$(find "$here" "${objs[@]}" -newer "$bin" \( -name '*.c' -o -name '*.h' -o -name '*.o' \) | head -1)" ]; then
-        "$cc" "${flags[@]}" "$here/fuzz_$t.c" "${objs[@]}" -Wl,--gc-sections $hdf5_libs $yaml_libs $zlib_libs -lm -lpthread -o "$bin"
+        "$cc" "${flags[@]}" "$here/fuzz_$t.c" "${objs[@]}" -Wl,--gc-sections $hdf5_libs $yaml_libs $zlib_libs $pbc_libs -lm -lpthread -o "$bin"
     fi
 done
 

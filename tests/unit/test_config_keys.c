@@ -38,6 +38,9 @@ static const struct {
     {"sweep.scheduler.reduction", "launch/sweep_store.c: rung spacing and the share promoted; tests/e2e/sweep.sh"},
     {"sweep.scheduler.max_steps", "launch/sweep_store.c sw_trials_init: the last rung, every trial's train.steps; tests/e2e/sweep.sh"},
     {"sweep.params", "mr_sweep_expand applies them through --set; test_config test_sweep_grid/random"},
+    {"data.train.features.image.dtype", "one value (uint8): the TFRecord image is a bytes_list of raw pixels "
+                                        "(data/source_tfrecord.c); tests/unit/test_data_tfrecord.c"},
+    {"data.eval.features.image.dtype", "as data.train.features.image.dtype"},
 };
 #define N_EXEMPT (int)(sizeof EXEMPT / sizeof EXEMPT[0])
 
@@ -135,6 +138,11 @@ static void describe(const mr_train_cfg *c, text *t) {
     put_str(t, "train_tokens", c->train_tokens), put_str(t, "eval_tokens", c->eval_tokens);
     I("token_bytes", c->token_bytes);
     put_str(t, "train_text", c->train_text), put_str(t, "eval_text", c->eval_text);
+    I("data_source", c->data_source);
+    put_str(t, "train_x_dataset", c->train_x_dataset), put_str(t, "train_y_dataset", c->train_y_dataset);
+    put_str(t, "eval_x_dataset", c->eval_x_dataset), put_str(t, "eval_y_dataset", c->eval_y_dataset);
+    I("train_label_i32", c->train_label_i32), I("eval_label_i32", c->eval_label_i32);
+    put_i64s(t, "train_image_shape", c->train_image_shape, 9), put_i64s(t, "eval_image_shape", c->eval_image_shape, 9);
     I("sample_chars", c->sample_chars), I("shuffle", c->shuffle);
     for (int i = 0; i < c->augment.n; i++) {
         const mr_augment_op *o = &c->augment.op[i];
@@ -329,6 +337,7 @@ static int candidates(const mr_experiment *e, const field *f, char out[][512], i
         snprintf(out[n++], 512, "[random_crop: {size: 28, pad: 4}, horizontal_flip: 0.5]");
         snprintf(out[n++], 512, "[normalize: {mean: [0.25], std: [0.5]}]");
         break;
+    case K_SHAPE: snprintf(out[n++], 512, "[28, 28, 1]"); break;
     case K_PARAMS: break;
     }
     return n;
@@ -461,7 +470,8 @@ static void test_defaults(void **state) {
     /* the keys copied as they are: their fields show the experiment's value where the key applies */
     static const char *const translated[] = {"data.train.source", "data.eval.source", "precision.policy", "log.progress",
                                              "distribute.devices", "model.sizes", "model.channels", "model.input",
-                                             "log.trace", "data.train.augment"};
+                                             "log.trace", "data.train.augment", "data.train.features.image.shape",
+                                             "data.eval.features.image.shape"};
     for (int k = 0; k < mr_cfg_n_fields; k++) {
         const field *f = &mr_cfg_fields[k];
         int skip = !g_changed[k][0];
@@ -542,8 +552,8 @@ static void test_overwrites_everything(void **state) {
     free(e);
 }
 
-/* hdf5, an evaluation source of another kind and data.eval.token_bytes are refused by the check,
- * at the key's line, with a HINT. */
+/* An evaluation source of another kind, data.eval.token_bytes, npy with both kinds of files and
+ * a glob that matches nothing are refused by the check, at the key's line, with a HINT. */
 static void test_rejections(void **state) {
     (void)state;
     char yaml[2048];
@@ -553,11 +563,23 @@ static void test_rejections(void **state) {
              "    x_dataset: images\n",
              g_file[0], g_file[1], g_file[2]);
     MR_ASSERT_OK(mr_experiment_parse(yaml, "h.yaml", &e)); /* the document is fine */
-    assert_int_equal(mr_experiment_check(&e, "h.yaml"), MR_ERR_UNSUPPORTED);
-    if (!strstr(mr_last_error(), "h.yaml:4:5: data.eval.source: hdf5 is not read by the trainer yet") ||
+    assert_int_equal(mr_experiment_check(&e, "h.yaml"), MR_ERR_INVALID);
+    if (!strstr(mr_last_error(), "h.yaml:4:5: data.eval.source: must be the training source's kind (idx) or none, got hdf5") ||
         !strstr(mr_last_error(), "; HINT: "))
         fail_msg("hdf5: %s", mr_last_error());
     mr_experiment_deinit(&e);
+
+    snprintf(yaml, sizeof yaml, "data:\n  train: {source: npy, images: %s, labels: %s, path: %s}\n", g_file[0], g_file[1],
+             g_file[2]);
+    assert_int_equal(mr_experiment_parse(yaml, "n.yaml", &e), MR_ERR_INVALID);
+    if (!strstr(mr_last_error(), "n.yaml:2:3: data.train.source: npy takes images + labels") ||
+        !strstr(mr_last_error(), "; HINT: "))
+        fail_msg("npy both: %s", mr_last_error());
+
+    snprintf(yaml, sizeof yaml, "data:\n  train: {source: hdf5, path: %s/nothing-*.h5}\n", g_dir);
+    assert_int_equal(mr_experiment_parse(yaml, "g.yaml", &e), MR_ERR_NOT_FOUND);
+    if (!strstr(mr_last_error(), "data.train.path: no file matches") || !strstr(mr_last_error(), "; HINT: "))
+        fail_msg("glob: %s", mr_last_error());
 
     snprintf(yaml, sizeof yaml, "data:\n  train: {source: idx, images: %s, labels: %s}\n  eval: {source: tokens, path: %s}\n",
              g_file[0], g_file[1], g_file[2]);

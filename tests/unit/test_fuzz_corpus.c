@@ -63,12 +63,15 @@ static void test_text(void **state) { (void)state; replay("text", mr_fuzz_text);
 static void test_config(void **state) { (void)state; replay("config", mr_fuzz_config); }
 static void test_ckpt(void **state) { (void)state; replay("ckpt", mr_fuzz_ckpt); }
 static void test_hdf5(void **state) { (void)state; replay("hdf5", mr_fuzz_hdf5); }
+static void test_npy(void **state) { (void)state; replay("npy", mr_fuzz_npy); }
+static void test_tfrecord(void **state) { (void)state; replay("tfrecord", mr_fuzz_tfrecord); }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_idx), cmocka_unit_test(test_tokens), cmocka_unit_test(test_text),
         cmocka_unit_test(test_config),
-        cmocka_unit_test(test_ckpt), cmocka_unit_test(test_hdf5),
+        cmocka_unit_test(test_ckpt), cmocka_unit_test(test_hdf5), cmocka_unit_test(test_npy),
+        cmocka_unit_test(test_tfrecord),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
