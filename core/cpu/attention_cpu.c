@@ -106,7 +106,8 @@ mr_status mr_attention_fwd_cpu(const mr_op_args *a) {
             y = (float *)a->out[0].data + b * t * d;
         }
         for (int64_t i = 0; i < t; i++)
-            lse[b * t + i] = mr_attn_row_fwd_f32(q + i * d, k, v, mr_attn_keys(i, t, s, causal), d, scale, p, y + i * d);
+            lse[b * t + i] =
+                mr_attn_row_fwd_f32(q + i * d, k, v, mr_attn_keys(i, t, s, causal), d, scale, p, y + i * d);
         if (g.half) narrow(a->out[0].data, b * t * d, y, t * d, g.half);
     }
     return MR_OK;

@@ -50,7 +50,8 @@ static mr_status check_qkv(const mr_op_args *a, mr_dtype *dt) {
 static mr_status check_view(const mr_op_args *a, const mr_view *v, const char *role, mr_dtype dt,
                             const mr_shape *s) {
     if (!v->data) return mr_op_error(a, "%s is required", role);
-    if (v->dtype != dt) return mr_op_error(a, "%s must be %s, got %s", role, mr_dtype_name(dt), mr_dtype_name(v->dtype));
+    if (v->dtype != dt)
+        return mr_op_error(a, "%s must be %s, got %s", role, mr_dtype_name(dt), mr_dtype_name(v->dtype));
     return mr_op_check_shape(a, v, role, s);
 }
 
@@ -93,7 +94,8 @@ static void dims(const mr_op_args *a, int64_t *bh, int64_t *t, int64_t *s, int64
 }
 
 mr_status mr_attention_fwd_ref(const mr_op_args *a) {
-    if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64, got %s", mr_dtype_name(a->in[0].dtype));
+    if (a->in[0].dtype != MR_F64)
+        return mr_op_error(a, "the reference takes f64, got %s", mr_dtype_name(a->in[0].dtype));
     int64_t bh, t, s, d;
     dims(a, &bh, &t, &s, &d);
     double *p = malloc((size_t)s * sizeof *p);
@@ -111,7 +113,8 @@ mr_status mr_attention_fwd_ref(const mr_op_args *a) {
 }
 
 mr_status mr_attention_bwd_ref(const mr_op_args *a) {
-    if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64, got %s", mr_dtype_name(a->in[0].dtype));
+    if (a->in[0].dtype != MR_F64)
+        return mr_op_error(a, "the reference takes f64, got %s", mr_dtype_name(a->in[0].dtype));
     int64_t bh, t, s, d;
     dims(a, &bh, &t, &s, &d);
     double *p = malloc((size_t)s * sizeof *p);

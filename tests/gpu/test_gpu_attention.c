@@ -1,11 +1,11 @@
 /* GPU attention (ATTENTION, ATTENTION_BWD) against the f64 reference, in f32, f64, bf16 and f16:
  * causal and not, T < S, T = 1, D = 1, head dims that are not multiples of 8, rows longer than a
- * warp, many (batch, head) slices. The reference sees the same rounded inputs; the backward's
- * y and lse are the reference forward's (rounded to what the GPU stores), so each direction is
+ * warp, many (batch, head) slices. The reference sees the same rounded inputs; the backward's y
+ * and lse are the reference forward's (rounded to what the GPU stores), so each direction is
  * checked on its own. Every GPU run happens twice and must give the same bits; outputs start as
- * NaN, so an element a kernel fails to write is caught. A sequence whose row does not fit the kernel's shared memory is refused
- * with an error, not run. Without a usable GPU the program exits 77 and CTest reports it
- * SKIPPED. */
+ * NaN, so an element a kernel fails to write is caught. A sequence whose row does not fit the
+ * kernel's shared memory is refused with an error, not run. Without a usable GPU the program exits
+ * 77 and CTest reports it SKIPPED. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>

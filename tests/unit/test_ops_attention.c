@@ -3,13 +3,18 @@
  * slices); the f64 CPU path equals the reference; bf16 and f16 inputs against the reference on the
  * same rounded values; dq, dk, dv against central differences; the backward independent of the
  * thread count; the fused node equal to the composed GEMM, causal softmax, GEMM graph (values and
- * gradients, f64); error paths. */
+ * gradients, f64); error paths. The GPT's attention: the fused node under mixed precision with a
+ * head dim of a multiple of 8 up to 128, the composed path otherwise; a tiny GPT trained in
+ * mixed_bfloat16 and mixed_float16 on the CPU (fused) against the same run in f32 (composed). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "autodiff/graph.h"
+#include "autodiff/graph_impl.h" /* the node list: which path the GPT's attention took */
+#include "autodiff/nn.h"
 #include "harness.h"
+#include "train/train.h"
 
 /* Forward args of dtype dt (f32 or f64) over q (bh, t, d), k and v (bh, s, d), as 4-d
  * (2, bh/2, ., .) when bh is even so leading dims are exercised. */
@@ -108,7 +113,8 @@ static void half_case(mr_dtype h, int64_t bh, int64_t t, int64_t d, int causal, 
     for (int64_t j = 0; j < ny; j++) y[j] = mr_dtype_get(a.out[0].data, h, j);
     char what[64];
     snprintf(what, sizeof what, "attention %s y", mr_dtype_name(h));
-    assert_true(th_compare(what, y, MR_F64, r.out[0].data, ny, TOL_HALF_ATTN_ATOL, TOL_HALF_ATTN_RTOL, TOL_HALF_ATTN_NMSE));
+    assert_true(
+        th_compare(what, y, MR_F64, r.out[0].data, ny, TOL_HALF_ATTN_ATOL, TOL_HALF_ATTN_RTOL, TOL_HALF_ATTN_NMSE));
     snprintf(what, sizeof what, "attention %s lse", mr_dtype_name(h));
     assert_true(th_compare(what, a.out[1].data, MR_F32, r.out[1].data, nl, TOL_F32_REDUCE_ATOL, TOL_F32_REDUCE_RTOL,
                            TOL_F32_REDUCE_NMSE));
@@ -232,6 +238,70 @@ static void test_attention_equals_composed(void **state) {
     }
 }
 
+/* ATTENTION nodes in the graph of one attention layer over x (2, 8, C) with `heads` heads. */
+static int attention_nodes(mr_dtype compute, int64_t c, int heads) {
+    mr_graph *g = NULL;
+    mr_params *ps = NULL;
+    MR_ASSERT_OK(mr_graph_new(&g));
+    MR_ASSERT_OK(mr_params_new(&ps));
+    mr_nn nn;
+    memset(&nn, 0, sizeof nn);
+    nn.g = g;
+    nn.ps = ps;
+    nn.dtype = MR_F32;
+    nn.compute = compute;
+    mr_val x = mr_graph_input(g, "x", MR_F32, mr_shape_3d(2, 8, c));
+    mr_val y = mr_nn_causal_attention(&nn, "attn", x, heads);
+    MR_ASSERT_OK(mr_graph_status(g));
+    assert_true(y.id != 0);
+    int n = 0;
+    for (int32_t i = 0; i < g->nnodes; i++) n += g->nodes[i].op == MR_OP_ATTENTION;
+    mr_graph_free(g);
+    mr_params_free(ps);
+    return n;
+}
+
+static void test_gpt_attention_path(void **state) {
+    (void)state;
+    assert_int_equal(attention_nodes(MR_BF16, 32, 2), 1);  /* D = 16 */
+    assert_int_equal(attention_nodes(MR_F16, 256, 2), 1);  /* D = 128 */
+    assert_int_equal(attention_nodes(MR_BF16, 24, 4), 0);  /* D = 6: not a multiple of 8 */
+    assert_int_equal(attention_nodes(MR_BF16, 272, 1), 0); /* D = 136 > 128 */
+    assert_int_equal(attention_nodes(MR_F32, 32, 2), 0);   /* f32: the composed path */
+}
+
+static void first_loss(void *ctx, const mr_train_state *ts) {
+    if (ts->step == 1) *(double *)ctx = ts->loss;
+}
+
+/* A tiny character GPT (head dim 16) trained 40 steps on the CPU: mixed_bfloat16 and
+ * mixed_float16 (fused attention) end within 0.1 of f32 (composed) and below where they started. */
+static void test_gpt_mixed_trains(void **state) {
+    (void)state;
+    mr_train_cfg c = mr_train_cfg_default();
+    th_tiny_gpt(&c, 16, 32, 0.0);
+    c.optim = mr_optim_cfg_default(MR_OPTIM_ADAMW);
+    c.optim.lr = 3e-3;
+    c.steps = 40;
+    c.log_every = 10;
+    c.quiet = 1;
+    double first = NAN;
+    c.on_step = first_loss;
+    c.on_step_ctx = &first;
+    mr_train_result f, h;
+    MR_ASSERT_OK(mr_train(&c, &f));
+    const mr_dtype hs[2] = {MR_BF16, MR_F16};
+    for (int i = 0; i < 2; i++) {
+        c.compute = hs[i];
+        MR_ASSERT_OK(mr_train(&c, &h));
+        fprintf(stderr, "tiny gpt 40 steps: step 1 loss %.4f; f32 loss %.4f, %s (fused attention) %.4f\n", first,
+                f.last_loss, mr_dtype_name(hs[i]), h.last_loss);
+        assert_true(isfinite(h.last_loss));
+        assert_true(fabs(h.last_loss - f.last_loss) < 0.1);
+        assert_true(h.last_loss < first - 0.5); /* it learns: below the first step's loss */
+    }
+}
+
 static void test_attention_errors(void **state) {
     (void)state;
     mr_op_args f = fwd_args(MR_F32, 2, 4, 4, 8, 1, 1);
@@ -291,7 +361,8 @@ int main(void) {
         cmocka_unit_test(test_attention_vs_ref),         cmocka_unit_test(test_attention_causal_prefix),
         cmocka_unit_test(test_attention_half),           cmocka_unit_test(test_attention_grad),
         cmocka_unit_test(test_attention_threads),        cmocka_unit_test(test_attention_equals_composed),
-        cmocka_unit_test(test_attention_errors),
+        cmocka_unit_test(test_attention_errors),         cmocka_unit_test(test_gpt_attention_path),
+        cmocka_unit_test(test_gpt_mixed_trains),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);
 }
