@@ -87,6 +87,18 @@ static void test_attention_causal_prefix(void **state) {
     th_free_all();
 }
 
+/* Largest abs error, and largest rel error where |ref| > 1e-3, seen by the half cases (printed by
+ * test_attention_half: the measured values tests/tolerances.h's TOL_HALF_ATTN cites). */
+static double g_half_abs[2], g_half_rel[2];
+
+static void track_err(int slot, const double *x, const double *ref, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs(x[i] - ref[i]);
+        if (e > g_half_abs[slot]) g_half_abs[slot] = e;
+        if (fabs(ref[i]) > 1e-3 && e / fabs(ref[i]) > g_half_rel[slot]) g_half_rel[slot] = e / fabs(ref[i]);
+    }
+}
+
 /* bf16 and f16 inputs: the CPU (f32 compute, outputs rounded once) against the reference run on
  * the same rounded inputs; y, dq, dk, dv within the half type's rounding (2^-8 relative for
  * bf16), lse within f32's. */
@@ -112,6 +124,8 @@ static void half_case(mr_dtype h, int64_t bh, int64_t t, int64_t d, int causal, 
     double *y = th_alloc((size_t)ny * sizeof *y);
     for (int64_t j = 0; j < ny; j++) y[j] = mr_dtype_get(a.out[0].data, h, j);
     char what[64];
+    const int slot = h == MR_F16;
+    track_err(slot, y, r.out[0].data, ny);
     snprintf(what, sizeof what, "attention %s y", mr_dtype_name(h));
     assert_true(
         th_compare(what, y, MR_F64, r.out[0].data, ny, TOL_HALF_ATTN_ATOL, TOL_HALF_ATTN_RTOL, TOL_HALF_ATTN_NMSE));
@@ -141,6 +155,7 @@ static void half_case(mr_dtype h, int64_t bh, int64_t t, int64_t d, int causal, 
         int64_t n = mr_shape_numel(&r.in[i].shape);
         double *g = th_alloc((size_t)n * sizeof *g);
         for (int64_t j = 0; j < n; j++) g[j] = mr_dtype_get(b.out[i].data, h, j);
+        track_err(slot, g, rb.out[i].data, n);
         snprintf(what, sizeof what, "attention_bwd %s out[%d]", mr_dtype_name(h), i);
         assert_true(th_compare(what, g, MR_F64, rb.out[i].data, n, TOL_HALF_ATTN_ATOL, TOL_HALF_ATTN_RTOL,
                                TOL_HALF_ATTN_NMSE));
@@ -155,6 +170,8 @@ static void test_attention_half(void **state) {
         half_case(hs[i], 4, 32, 16, 1, 100);
         half_case(hs[i], 3, 9, 8, 0, 110);
         half_case(hs[i], 2, 1, 64, 1, 120);
+        fprintf(stderr, "attention %s (y, dq, dk, dv): max abs err %.3g, max rel err %.3g (|ref| > 1e-3)\n",
+                mr_dtype_name(hs[i]), g_half_abs[i], g_half_rel[i]);
     }
 }
 
