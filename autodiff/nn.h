@@ -136,7 +136,8 @@ mr_val mr_nn_dropout(mr_nn *nn, mr_val x, double p);
 mr_val mr_nn_causal_attention(mr_nn *nn, const char *name, mr_val x, int heads);
 /* Non-zero when mr_nn_causal_attention uses the fused op: nn computes in bf16 or f16 over f32 values
  * and head_dim is a multiple of 8 up to 128 (the shapes cuDNN 9's fused attention takes on sm_80+,
- * docs/DESIGN.md "Attention"). */
+ * docs/DESIGN.md "Attention"). The environment variable MIRROR_ATTENTION=fused (always, in the
+ * model's dtype when it is not mixed) or =composed (never) overrides this; other values warn. */
 int mr_nn_attention_fused(const mr_nn *nn, int64_t head_dim);
 /* Mean softmax cross-entropy of logits (N,C) against labels (N) i32: a scalar (1). */
 mr_val mr_nn_xent_mean(mr_nn *nn, mr_val logits, mr_val labels);

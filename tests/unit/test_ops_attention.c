@@ -8,6 +8,7 @@
  * mixed_bfloat16 and mixed_float16 on the CPU (fused) against the same run in f32 (composed). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "autodiff/graph.h"
@@ -285,6 +286,15 @@ static void test_gpt_attention_path(void **state) {
     assert_int_equal(attention_nodes(MR_BF16, 24, 4), 0);  /* D = 6: not a multiple of 8 */
     assert_int_equal(attention_nodes(MR_BF16, 272, 1), 0); /* D = 136 > 128 */
     assert_int_equal(attention_nodes(MR_F32, 32, 2), 0);   /* f32: the composed path */
+    /* MIRROR_ATTENTION overrides the rule either way; another value warns and keeps it */
+    setenv("MIRROR_ATTENTION", "fused", 1);
+    assert_int_equal(attention_nodes(MR_F32, 24, 4), 1);
+    setenv("MIRROR_ATTENTION", "composed", 1);
+    assert_int_equal(attention_nodes(MR_BF16, 32, 2), 0);
+    setenv("MIRROR_ATTENTION", "flash", 1);
+    assert_int_equal(attention_nodes(MR_BF16, 32, 2), 1);
+    assert_int_equal(attention_nodes(MR_F32, 32, 2), 0);
+    unsetenv("MIRROR_ATTENTION");
 }
 
 static void first_loss(void *ctx, const mr_train_state *ts) {
