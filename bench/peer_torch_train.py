@@ -1,6 +1,6 @@
-#!/usr/bin/python3
-"""PyTorch peer of bench/bench_train.c: the FULL training step, input pipeline included, with
-Debian's python3-torch 1.13 (run it with the *system* interpreter, /usr/bin/python3).
+#!/usr/bin/env python3
+"""PyTorch peer of bench/bench_train.c: the FULL training step, input pipeline included, with the
+interpreter bench/peers.sh gives (PyPI's torch 2.x in a venv; Debian's 1.13 as a fallback).
 
 The models, batches and optimizers are torch_bench.py's (bench/torch_bench.py, imported
 from its path, so there is one definition of each model); only the input differs: real files
@@ -19,8 +19,11 @@ Methodology (as bench_train.c, which drops its first log interval): S warm-up st
 of S steps; the median samples/s over runs (tokens/s = samples/s * 128 for gpt). The time a step
 spends in next(loader) is reported as data_wait.
 --bf16 wraps the forward in torch.autocast("cpu", dtype=torch.bfloat16) as torch_bench does.
+--compile runs the model through torch.compile (inductor, the default mode): the first warm-up step
+compiles, its time is reported apart as compile_s and excluded from the rates, as are the other
+warm-up steps.
 
-Usage: /usr/bin/python3 peer_torch_train.py [--models mlp,cnn,gpt] [--bf16] [--steps 30] [--runs 3]
+Usage: python3 peer_torch_train.py [--models mlp,cnn,gpt] [--bf16] [--compile] [--steps 30] [--runs 3]
            [--threads 2] [--workers 0,1] [--text PATH] [--data DIR] [--torch-bench PATH]
            [--json OUT] [--no-tune]
 Environment tuning: as torch_bench.py (set before torch is imported; an explicit setting wins):
@@ -51,7 +54,7 @@ try:
     from torch.utils.data import DataLoader, Dataset  # noqa: E402
 except Exception as e:  # noqa: BLE001 - any import failure means the peer cannot run
     print(f"torch unavailable: {type(e).__name__}: {e}")
-    print("HINT: apt-get install python3-torch, and run with /usr/bin/python3")
+    print("HINT: run with the interpreter bench/peers.sh prints (PyPI torch in a venv)")
     sys.exit(0)
 
 
@@ -141,7 +144,11 @@ def bench(model, opt, dataset, loss_fn, batch, workers, args, bf16):
         opt.step()
         return loss
 
-    for _ in range(args.steps):  # warm-up: S steps, as bench_train's first log interval
+    t0 = time.perf_counter()
+    loss = step()  # with --compile: the compilation (forward and backward graphs)
+    float(loss)
+    first_s = time.perf_counter() - t0
+    for _ in range(args.steps - 1):  # warm-up: S steps in all, as bench_train's first log interval
         loss = step()
     rates, times = [], []
     wait[0] = 0.0
@@ -159,6 +166,7 @@ def bench(model, opt, dataset, loss_fn, batch, workers, args, bf16):
         "ms_per_step_median": round(1e3 * statistics.median(times), 3),
         "data_wait_ms": round(1e3 * wait[0] / (args.runs * args.steps), 3),
         "final_loss": round(float(loss), 4),
+        "first_step_s": round(first_s, 3),
     }
 
 
@@ -191,16 +199,20 @@ def run(name, tb, args, bf16):
     by = {}
     for w in args.workers:
         model, opt = fresh()
+        if args.compile:
+            model = torch.compile(model)
         by[w] = bench(model, opt, ds, loss_fn, batch, w, args, bf16)
     best = max(by, key=lambda w: by[w]["samples_per_s_median"])
-    res = {"model": name, "precision": "bf16" if bf16 else "f32", "batch": batch, "num_workers": best}
+    res = {"model": name, "precision": "bf16" if bf16 else "f32", "batch": batch, "num_workers": best,
+           "mode": "torch.compile" if args.compile else "eager"}
     res.update(by[best])
     res["by_workers"] = {str(w): by[w]["samples_per_s_median"] for w in by}
     res.update(extra)
     others = "  ".join(f"workers {w}: {by[w]['samples_per_s_median']:.1f}" for w in by if w != best)
     print(f"{name:<4} batch {batch:4d}  {res['samples_per_s_median']:10.1f} samples/s  "
           f"{res['ms_per_step_median']:8.2f} ms/step  runs={res['samples_per_s_runs']}  loss {res['final_loss']}  "
-          f"num_workers {best} (best; {others})  data_wait {res['data_wait_ms']:.2f} ms/step", flush=True)
+          f"num_workers {best} (best; {others})  data_wait {res['data_wait_ms']:.2f} ms/step  "
+          f"{res['mode']}" + (f"  compile_s {res['first_step_s']:.1f}" if args.compile else ""), flush=True)
     if name == "gpt":
         res["tokens_per_s_median"] = round(res["samples_per_s_median"] * 128, 1)
         print(f"{'':<4} = {res['tokens_per_s_median']:.0f} tokens/s (vocab {extra['vocab']})", flush=True)
@@ -211,6 +223,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="mlp,cnn,gpt")
     ap.add_argument("--bf16", action="store_true", help="forward under torch.autocast(cpu, bfloat16)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model (inductor, default mode)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--runs", type=int, default=3)
@@ -227,7 +240,7 @@ def main():
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
     info = {
-        "framework": "torch", "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "framework": "torch", "torch": torch.__version__, "mode": "torch.compile" if args.compile else "eager", "threads": torch.get_num_threads(),
         "precision": "bf16" if args.bf16 else "f32", "torch_bench": tb_path,
         "tuned_env_applied": not args.no_tune,
         "env": {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OMP_WAIT_POLICY", "OMP_NUM_THREADS")},

@@ -11,15 +11,14 @@ cd "$root"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 build/bench/bench_cpu "$@" | tee "$out"
-py=""
-for p in /usr/bin/python3 python3; do
-    if "$p" -c "import torch" 2>/dev/null; then py=$p; break; fi
-done
-if [ -z "$py" ]; then
-    echo; echo "(no importable torch: apt-get install python3-torch for the PyTorch column)"
+# the peers' Python: PyPI torch in a venv (bench/peers.sh), Debian's as a named fallback
+IFS=$'\t' read -r py peers < <(bench/peers.sh)
+if [ "$py" = none ]; then
+    echo; echo "(no PyTorch column: $peers)"
     exit 0
 fi
 echo
+echo "# peer: $peers"
 echo "| GEMM (M x N x K, B^T?) | mirror GFLOP/s | torch.mm GFLOP/s | mirror / torch |"
 echo "|---|---:|---:|---:|"
 "$py" bench/peer_torch_gemm.py "$@" | grep -v '^#' | while read -r m n k tb g; do

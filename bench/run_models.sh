@@ -23,7 +23,10 @@ for p in "$root/bench/torch_bench.py"; do
     [ -f "$p" ] && torch_bench=$p && break
 done
 have_torch=0
-if [ -n "$torch_bench" ] && /usr/bin/python3 -c "import torch" 2>/dev/null; then have_torch=1; fi
+# the peers' Python: PyPI torch in a venv (bench/peers.sh), Debian's as a named fallback
+IFS=$'\t' read -r py peers < <(bench/peers.sh)
+if [ -n "$torch_bench" ] && [ "$py" != none ]; then have_torch=1; fi
+echo "# peer: $peers"
 
 # peak RSS in MiB of a command (its output goes to $2)
 peak_rss() {
@@ -47,7 +50,7 @@ for m in mlp cnn gpt; do
     theirs="n/a"; trss="n/a"; ratio="n/a"
     if [ "$have_torch" = 1 ]; then
         to=$(mktemp)
-        trss=$(peak_rss "$to" /usr/bin/python3 "$torch_bench" --models "$m" --steps "$steps" --runs "$runs" --warmup 5)
+        trss=$(peak_rss "$to" "$py" "$torch_bench" --models "$m" --steps "$steps" --runs "$runs" --warmup 5)
         theirs=$(awk '/samples\/s/ { for (i = 1; i <= NF; i++) if ($i == "samples/s") print $(i - 1) }' "$to" | head -1)
         if [ "$m" = gpt ]; then theirs=$(awk '/tokens\/s/ { print $2 }' "$to"); fi
         ratio=$(awk -v a="$mine" -v b="$theirs" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')

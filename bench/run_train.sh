@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The FULL training step, input pipeline included, mirror next to PyTorch in the same session:
-# bench/bench_train.c (mr_train fed by mirror's pipeline) and bench/peer_torch_train.py
-# (torch_bench.py's models fed by torch.utils.data; the faster of DataLoader num_workers 0 and 1),
-# both from the same files: Fashion-MNIST IDX for mlp and cnn, a text file as characters for gpt
-# (runs/data/kjv.txt from launch/prepare_kjv.sh; gpt is skipped without it). fp32 and bf16
-# (mixed_bfloat16 / torch.autocast bfloat16), one process per model, framework and precision so
-# each peak RSS is that run's alone. Prints a table of samples/s (tokens/s for gpt), the ratio
-# (the issue's target: >= 1.5x in each precision) and peak RSS; PyTorch columns are n/a when
-# /usr/bin/python3 cannot import torch.
+# The FULL training step, input pipeline included, mirror next to its peers in the same session:
+# bench/bench_train.c (mr_train fed by mirror's pipeline); bench/peer_torch_train.py (torch_bench.py's
+# models fed by torch.utils.data; the faster of DataLoader num_workers 0 and 1) eagerly and under
+# torch.compile (inductor, default mode; compile time excluded and printed); and
+# bench/peer_keras_train.py (Keras fit from tf.data; mlp and cnn). All read the same files:
+# Fashion-MNIST IDX for mlp and cnn, a text file as characters for gpt (runs/data/kjv.txt from
+# launch/prepare_kjv.sh; gpt is skipped without it). fp32 and bf16 (mixed_bfloat16 /
+# torch.autocast bfloat16 / Keras mixed_bfloat16), one process per model, framework and precision
+# so each peak RSS is that run's alone. The peers' Python is bench/peers.sh's (PyPI torch 2.x and
+# tensorflow-cpu in a venv, created on first use; Debian's torch 1.13 only as a named fallback).
+# Prints a table of samples/s (tokens/s for gpt), mirror's ratio to each peer and peak RSS; a
+# peer's columns are n/a when its framework is missing.
 # On a shared machine other processes distort the rates (mirror's static OpenMP split suffers more
 # than torch's passive threads), so each row is followed by the share of the machine's CPU that
 # other processes took while each side ran ("other load"), and --wait-idle S waits up to S
@@ -41,8 +44,12 @@ while [ $# -gt 0 ]; do
 done
 # (re)build: an incremental build is quick, and a stale binary would measure old code
 { cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release && cmake --build "$build" -j "$(nproc)" --target bench_train; } >&2
-have_torch=0
-if /usr/bin/python3 -c "import torch, numpy" 2>/dev/null; then have_torch=1; fi
+IFS=$'\t' read -r py peers < <(bench/peers.sh)
+have_torch=0 have_tf=0
+if [ "$py" != none ]; then
+    have_torch=1
+    [[ $peers == *tensorflow* ]] && have_tf=1
+fi
 if [ ! -f "$text" ]; then echo "# no $text: gpt skipped (HINT: launch/prepare_kjv.sh)"; fi
 
 tmp=$(mktemp -d)
@@ -91,6 +98,20 @@ rate() {
 
 rows=()
 notes=()
+# one peer run: sets theirs (rate or "failed"), trss, tload; $1 label, $2 output, $3... the command
+peer() {
+    local label=$1 out=$2
+    shift 2
+    trss=$(peak_rss "$out" "$@")
+    tload=$(cat "$tmp/load")
+    theirs=$(rate "$out" "$m")
+    if [ -z "$theirs" ]; then
+        theirs="failed"
+        notes+=("# $label $m $prec: $(grep -m1 -e failed -e skipped -e Error "$out" "$out.err" 2>/dev/null | cut -c1-200)")
+    fi
+    [[ $tload =~ ^[0-9]+$ ]] && tload="$tload%"
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else print "n/a" }'; }
 for prec in f32 bf16; do
     flag=""
     [ "$prec" = bf16 ] && flag="--bf16"
@@ -105,32 +126,38 @@ for prec in f32 bf16; do
         [ -n "$mine" ] || mine="failed"
         split=$(awk '/step split/ { sub(/^ */, ""); sub(/step split \(ms, mean of the timed steps\): /, ""); print }' "$mo")
         notes+=("# mirror $m $prec ms/step: ${split:-n/a}")
-        theirs="n/a"; trss="n/a"; ratio="n/a"; tload="n/a"
+        eager="n/a" erss="n/a" eload="n/a" comp="n/a" crss="n/a" cload="n/a" ker="n/a" krss="n/a" kload="n/a"
         if [ "$have_torch" = 1 ]; then
             to="$tmp/torch.$m.$prec"
-            trss=$(peak_rss "$to" /usr/bin/python3 bench/peer_torch_train.py --models "$m" --steps "$steps" \
-                --runs "$runs" --text "$text" $flag)
-            tload=$(cat "$tmp/load")
-            theirs=$(rate "$to" "$m")
-            if [ -n "$theirs" ]; then
+            peer "torch eager" "$to" "$py" bench/peer_torch_train.py --models "$m" --steps "$steps" --runs "$runs" \
+                --text "$text" $flag
+            eager=$theirs erss=$trss eload=$tload
+            nw=0
+            if [ "$eager" != failed ]; then
                 nw=$(awk -v m="$m" '$1 == m && $2 == "batch" { for (i = 1; i < NF; i++) if ($i == "num_workers") print $(i + 1) }' "$to")
                 wait=$(awk -v m="$m" '$1 == m && $2 == "batch" { for (i = 1; i < NF; i++) if ($i == "data_wait") print $(i + 1) }' "$to")
-                notes+=("# PyTorch $m $prec: DataLoader num_workers $nw was faster ($(grep -o 'workers [0-9]*: [0-9.]*' "$to" | head -1) samples/s); data_wait ${wait} ms/step")
-                ratio=$(awk -v a="$mine" -v b="$theirs" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else print "n/a" }')
-            else
-                theirs="failed"
-                notes+=("# PyTorch $m $prec: $(grep -m1 -e failed -e Error "$to" "$to.err" 2>/dev/null | cut -c1-200)")
+                notes+=("# torch $m $prec: DataLoader num_workers $nw was faster ($(grep -o 'workers [0-9]*: [0-9.]*' "$to" | head -1) samples/s); data_wait ${wait} ms/step")
             fi
+            co="$tmp/compile.$m.$prec"
+            peer "torch.compile" "$co" "$py" bench/peer_torch_train.py --compile --workers "${nw:-0}" --models "$m" \
+                --steps "$steps" --runs "$runs" --text "$text" $flag
+            comp=$theirs crss=$trss cload=$tload
+            cs=$(grep -o 'compile_s [0-9.]*' "$co" | head -1)
+            [ -n "$cs" ] && notes+=("# torch.compile $m $prec: ${cs/compile_s /compile (first step) }s, excluded")
         fi
-        rows+=("| $m ($unit) | $prec | $mine | $theirs | $ratio | $mrss | $trss |")
+        if [ "$have_tf" = 1 ] && [ "$m" != gpt ]; then
+            peer "keras" "$tmp/keras.$m.$prec" "$py" bench/peer_keras_train.py --models "$m" --steps "$steps" \
+                --runs "$runs" $flag
+            ker=$theirs krss=$trss kload=$tload
+        fi
+        rows+=("| $m ($unit) | $prec | $mine | $eager | $comp | $ker | $(ratio "$mine" "$eager") | $(ratio "$mine" "$comp") | $(ratio "$mine" "$ker") | $mrss | $erss | $crss | $krss |")
         [[ $mload =~ ^[0-9]+$ ]] && mload="$mload%"
-        [[ $tload =~ ^[0-9]+$ ]] && tload="$tload%"
-        notes+=("# other load during $m $prec: mirror $mload, PyTorch $tload of the CPUs")
+        notes+=("# other load during $m $prec: mirror $mload, torch eager $eload, torch.compile $cload, keras $kload of the CPUs")
     done
 done
-[ "$have_torch" = 1 ] || echo "# PyTorch: n/a (/usr/bin/python3 cannot import torch and numpy)"
-echo "# full training step incl. input pipeline; $steps warm-up + $runs x $steps timed steps, median; $(nproc) cores"
+echo "# peers: $peers"
+echo "# full training step incl. input pipeline; $steps warm-up + $runs x $steps timed steps, median; $(nproc) cores; cpu: $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)"
 for n in "${notes[@]}"; do echo "$n"; done
-echo "| workload | precision | mirror | PyTorch | mirror / PyTorch | mirror peak RSS MiB | PyTorch peak RSS MiB |"
-echo "|---|---|---:|---:|---:|---:|---:|"
+echo "| workload | precision | mirror | torch eager | torch.compile | keras | / eager | / compile | / keras | mirror RSS MiB | eager RSS | compile RSS | keras RSS |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for r in "${rows[@]}"; do echo "$r"; done

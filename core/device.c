@@ -11,7 +11,7 @@
 
 static pthread_once_t g_probe_once = PTHREAD_ONCE_INIT;
 static int g_cuda_count = 0;
-static char g_cuda_why[256] = "mirror was built without CUDA (-DMIRROR_CUDA=OFF or nvcc not found)";
+static char g_cuda_why[512] = "mirror was built without CUDA (-DMIRROR_CUDA=OFF or nvcc not found)";
 
 static void probe(void) {
 #ifdef MIRROR_HAVE_CUDA

@@ -79,6 +79,20 @@ int mr_cuda_device_count(void);
  * static. Thread-safe. */
 const char *mr_cuda_unusable_reason(void);
 
+/* How a GPU of compute capability `cc` (major*10 + minor: 90 for an H100) runs the kernels of a
+ * build that made SASS for the comma-separated `sass` list ("80,86,89,90,100") and PTX for `ptx`
+ * ("100"): from a cubin of the same major (MR_CUDA_COVER_SASS), from PTX the driver compiles at
+ * load time (MR_CUDA_COVER_PTX), or not at all. *arch (may be NULL) gets the architecture used, or
+ * -1. core/cuda_arch.c has the rule. */
+typedef enum { MR_CUDA_COVER_NONE = 0, MR_CUDA_COVER_SASS, MR_CUDA_COVER_PTX } mr_cuda_cover;
+mr_cuda_cover mr_cuda_arch_cover(const char *sass, const char *ptx, int cc, int *arch);
+/* 1 and the reason in why[cap] (naming GPU `gpu` called `name`, its capability, the lists and the
+ * fix) when the GPU cannot run the build's code; 0 when it can (why untouched). */
+int mr_cuda_arch_refusal(char *why, int cap, int gpu, const char *name, int cc, const char *sass, const char *ptx);
+/* This build's lists (MIRROR_CUDA_ARCHS at configure time); "" in a build without CUDA. */
+const char *mr_cuda_build_sass(void);
+const char *mr_cuda_build_ptx(void);
+
 /* "cpu" or "cuda:1" into buf; returns buf. */
 char *mr_device_str(mr_device d, char *buf, int cap);
 /* Parses "cpu", "cpu:0", "cuda", "cuda:N". MR_ERR_INVALID naming the string if malformed. */

@@ -46,6 +46,18 @@ extern "C" void mr_cuda_probe(int *count, char *why, int why_cap) {
         snprintf(why, (size_t)why_cap, "the CUDA runtime sees no device (check CUDA_VISIBLE_DEVICES)");
         return;
     }
+    /* a GPU this build has no code for fails at its first kernel launch ("no kernel image is
+     * available"): refuse it here, saying which architectures the build has (core/cuda_arch.c) */
+    for (int i = 0; i < n; i++) {
+        cudaDeviceProp p;
+        if (cudaGetDeviceProperties(&p, i) != cudaSuccess) {
+            (void)cudaGetLastError();
+            continue; /* the first call on the device says what is wrong */
+        }
+        if (mr_cuda_arch_refusal(why, why_cap, i, p.name, p.major * 10 + p.minor, mr_cuda_build_sass(),
+                                 mr_cuda_build_ptx()))
+            return;
+    }
     *count = n;
 }
 

@@ -37,6 +37,7 @@ extern "C" int mr_cuda_doctor_report(FILE *f) {
         fprintf(f, "cuda runtime: unknown: %s (built with %s)\n", cudaGetErrorString(e), a);
         (void)cudaGetLastError();
     }
+    fprintf(f, "cuda code: SASS sm_%s, PTX compute_%s (MIRROR_CUDA_ARCHS)\n", mr_cuda_build_sass(), mr_cuda_build_ptx());
     int major = 0, minor = 0, patch = 0;
     if (cublasGetProperty(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
         cublasGetProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
@@ -92,8 +93,21 @@ extern "C" int mr_cuda_doctor_report(FILE *f) {
         } else {
             snprintf(mem, sizeof mem, ", unusable: %s", cudaGetErrorString(cudaGetLastError()));
         }
-        fprintf(f, "gpu %d: %s, compute capability %d.%d, %d SMs, %.1f GiB%s\n", i, p.name, p.major, p.minor,
-                p.multiProcessorCount, (double)p.totalGlobalMem / (1 << 30), mem);
+        /* which of this build's code the GPU runs (core/cuda_arch.c) */
+        char kern[160];
+        int arch = -1;
+        switch (mr_cuda_arch_cover(mr_cuda_build_sass(), mr_cuda_build_ptx(), p.major * 10 + p.minor, &arch)) {
+        case MR_CUDA_COVER_SASS: snprintf(kern, sizeof kern, "kernels: SASS sm_%d", arch); break;
+        case MR_CUDA_COVER_PTX:
+            snprintf(kern, sizeof kern, "kernels: PTX compute_%d (compiled by the driver at first start)", arch);
+            break;
+        default:
+            snprintf(kern, sizeof kern, "kernels: NONE in this build (sm_%s); HINT: rebuild with -DMIRROR_CUDA_ARCHS=native",
+                     mr_cuda_build_sass());
+            break;
+        }
+        fprintf(f, "gpu %d: %s, compute capability %d.%d, %d SMs, %.1f GiB%s, %s\n", i, p.name, p.major, p.minor,
+                p.multiProcessorCount, (double)p.totalGlobalMem / (1 << 30), mem, kern);
     }
     return usable;
 }

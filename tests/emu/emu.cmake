@@ -81,8 +81,14 @@ if(MIRROR_HAVE_EMU)
                      DEPENDS ${_emu_kernel_lists} COMMENT "emu: the kernel list" VERBATIM)
   add_custom_target(emu_kernel_list ALL DEPENDS ${MIRROR_EMU_KERNELS} ${_emu_hdr})
 
+  # the emulated build covers the GPUs the real one would (the default list without nvcc)
+  if(NOT MIRROR_CUDA_SASS)
+    set(CMAKE_CUDA_ARCHITECTURES "")
+    mirror_cuda_arch_lists(_emu_archs MIRROR_CUDA_SASS MIRROR_CUDA_PTX)
+  endif()
   set(_emu_defs MIRROR_HAVE_CUDA=1 MIRROR_HAVE_CUDNN=1 MIRROR_HAVE_NCCL=1 MIRROR_EMU=1
-                MIRROR_VERSION="${PROJECT_VERSION}")
+                MIRROR_VERSION="${PROJECT_VERSION}" MIRROR_CUDA_SASS="${MIRROR_CUDA_SASS}"
+                MIRROR_CUDA_PTX="${MIRROR_CUDA_PTX}")
   set(_emu_inc ${_emu_src} ${PROJECT_SOURCE_DIR} ${MIRROR_EMU_CUDA_INCLUDE} ${MIRROR_EMU_CUDNN_INCLUDE}
                ${MIRROR_EMU_NCCL_INCLUDE})
 

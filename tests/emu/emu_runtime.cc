@@ -4,7 +4,8 @@
  *
  *  - MR_EMU_DEVICES (default 2) devices of an H100-like description (sm_90, 132 SMs, 80 GiB;
  *    MR_EMU_MEM_BYTES caps each device's memory, to test out-of-memory paths). 0 devices makes
- *    cudaGetDeviceCount fail with cudaErrorNoDevice, as on a machine without a GPU.
+ *    cudaGetDeviceCount fail with cudaErrorNoDevice, as on a machine without a GPU. MR_EMU_CC
+ *    (default 90) is the compute capability they report, major*10 + minor.
  *  - cudaMalloc gives exactly the bytes asked for, filled with 0xFF, followed by a 1 KiB canary
  *    that is checked after every piece of device work and at cudaFree (an out-of-bounds write is
  *    reported with the work that did it). Under ASan every access out of the allocation is caught
@@ -653,8 +654,12 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
     if (check_device(device) != cudaSuccess) return err(cudaErrorInvalidDevice);
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "mirror-emu H100 (emulated on the CPU)");
-    p->major = 9;
-    p->minor = 0;
+    /* MR_EMU_CC (e.g. 75, 120) emulates another GPU generation for the build-coverage checks
+     * (core/cuda_arch.c); read on every call so one test can try several */
+    const char *cc = getenv("MR_EMU_CC");
+    const int ccv = cc && *cc ? atoi(cc) : 90;
+    p->major = ccv / 10;
+    p->minor = ccv % 10;
     p->totalGlobalMem = st().mem_cap;
     p->sharedMemPerBlock = 48 << 10;
     p->sharedMemPerBlockOptin = 227 << 10;

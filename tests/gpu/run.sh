@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU check for a machine with an NVIDIA GPU: configures a CUDA build of this repository into
-# <repo>/build-gpu (sm_90 SASS + PTX), builds it, prints `mirror doctor`, runs the GPU tests
+# <repo>/build-gpu (code for this machine's GPUs only: -DMIRROR_CUDA_ARCHS=native, which also
+# checks that path of cmake/mirror_cuda_archs.cmake), builds it, prints `mirror doctor`, runs the GPU tests
 # (ctest -L/-R gpu: op-vs-reference for every op family, the allocator, NCCL, GPU training),
 # then the GPU benchmarks (GEMM against cuBLAS alone; the three workloads and a GPT-2-124M-shaped
 # model in bf16 with tokens/s and MFU; f32 and TF32; the bf16 GPTs with the composed attention
@@ -46,7 +47,10 @@ summary() {
     done
 }
 
-if ! step configure 120 "$build/configure.log" cmake -S "$root" -B "$build" -DMIRROR_CUDA=ON -DCMAKE_BUILD_TYPE=Release "$@"; then
+archs=()  # without nvidia-smi, the default list (every common GPU: a longer build)
+command -v nvidia-smi >/dev/null 2>&1 && archs=(-DMIRROR_CUDA_ARCHS=native)
+if ! step configure 120 "$build/configure.log" cmake -S "$root" -B "$build" -DMIRROR_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
+    "${archs[@]}" "$@"; then
     tail -30 "$build/configure.log"; summary; exit 1
 fi
 if ! step build 360 "$build/build.log" cmake --build "$build" -j "$jobs"; then
