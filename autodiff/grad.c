@@ -237,6 +237,15 @@ static void rule_layernorm(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
     for (int i = 0; i < 3; i++) acc(c, nd->in[i], outs[i]);
 }
 
+/* ATTENTION: (q, k, v, y, lse = forward outputs 0 and 1, dy) -> dq, dk, dv (the op writes all
+ * three; the gradient of an inactive input is dropped). */
+static void rule_attention(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
+    mr_val in[6] = {V(nd->in[0]), V(nd->in[1]), V(nd->in[2]), V(nd->out[0]), V(nd->out[1]), dy}, outs[3];
+    int want[3] = {1, 1, 1};
+    bwd_node(c, MR_OP_ATTENTION_BWD, in, 6, &nd->p, nd->in, want, 3, outs);
+    for (int i = 0; i < 3; i++) acc(c, nd->in[i], outs[i]);
+}
+
 /* BATCHNORM: (dy, x, gamma, mean, var) -> dx, dgamma, dbeta, each only when needed. mean and var
  * are the forward's outputs 1 and 2 in training (BATCHNORM_BWD then differentiates through the
  * batch statistics) and its running_mean and running_var inputs in evaluation (constants). */
@@ -446,6 +455,7 @@ static void backward_node(grad_ctx *c, int32_t ni) {
     case MR_OP_SOFTMAX: case MR_OP_LOG_SOFTMAX: rule_softmax(c, &nd, dy); break;
     case MR_OP_SOFTMAX_XENT: rule_xent(c, &nd, dy); break;
     case MR_OP_LAYERNORM: rule_layernorm(c, &nd, dy); break;
+    case MR_OP_ATTENTION: rule_attention(c, &nd, dy); break;
     case MR_OP_BATCHNORM: rule_batchnorm(c, &nd, dy); break;
     case MR_OP_EMBEDDING: rule_embedding(c, &nd, dy); break;
     case MR_OP_CONV2D: rule_conv2d(c, &nd, dy); break;

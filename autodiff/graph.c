@@ -385,6 +385,23 @@ mr_val mr_graph_softmax_xent(mr_graph *g, mr_val logits, mr_val labels, int64_t 
     return out[0];
 }
 
+mr_val mr_graph_attention(mr_graph *g, mr_val q, mr_val k, mr_val v, double scale, int causal) {
+    if (!ok_val(g, q, "attention", "q") || !ok_val(g, k, "attention", "k") || !ok_val(g, v, "attention", "v"))
+        return MR_VAL_NONE;
+    mr_shape s = g->vals[q.id].shape, sr = s;
+    if (sr.ndim > 0) sr.dim[--sr.ndim] = 0;
+    mr_dtype dt = g->vals[q.id].dtype;
+    int d[2] = {(int)dt, (int)(dt == MR_F64 ? MR_F64 : MR_F32)};
+    mr_shape os[2] = {s, sr};
+    mr_op_params p;
+    memset(&p, 0, sizeof p);
+    p.attention.scale = scale;
+    p.attention.causal = causal;
+    mr_val in[3] = {q, k, v}, out[2];
+    mr_graph_node(g, MR_OP_ATTENTION, in, 3, &p, d, os, 2, out);
+    return out[0];
+}
+
 mr_val mr_graph_layernorm(mr_graph *g, mr_val x, mr_val gamma, mr_val beta, double eps) {
     if (!ok_val(g, x, "layernorm", "x")) return MR_VAL_NONE;
     mr_shape s = g->vals[x.id].shape, sr = s;

@@ -118,6 +118,10 @@ mr_val mr_graph_log_softmax(mr_graph *g, mr_val x);
 mr_val mr_graph_softmax_xent(mr_graph *g, mr_val logits, mr_val labels, int64_t ignore_index);
 /* y = layernorm(x) * gamma + beta over the last axis. */
 mr_val mr_graph_layernorm(mr_graph *g, mr_val x, mr_val gamma, mr_val beta, double eps);
+/* Fused scaled dot-product attention (MR_OP_ATTENTION): q (..., T, D), k and v (..., S, D) of one
+ * float dtype -> y (..., T, D) of that dtype, softmax(scale q k^T) v, with the causal mask when
+ * `causal` (T <= S). The node's second output (the rows' log-sum-exp) is kept for the backward. */
+mr_val mr_graph_attention(mr_graph *g, mr_val q, mr_val k, mr_val v, double scale, int causal);
 /* Batch norm over every dim but dim 1 as one node (core/ops.h MR_OP_BATCHNORM): x (N, C, ...)
  * of rank >= 2, gamma and beta (C) or MR_VAL_NONE (1 and 0). training: y uses the batch mean and
  * biased variance, which *mean and *var receive (C values each; either pointer may be NULL);

@@ -1,6 +1,7 @@
 /* The parameter registry and the nn layers (see nn.h). */
 #include "autodiff/nn.h"
 #include "autodiff/graph_impl.h"
+#include "core/log.h"
 #include "core/rng.h"
 
 #include <math.h>
@@ -345,6 +346,17 @@ mr_val mr_nn_dropout(mr_nn *nn, mr_val x, double p) {
     return y;
 }
 
+int mr_nn_attention_fused(const mr_nn *nn, int64_t head_dim) {
+    /* MIRROR_ATTENTION=fused|composed overrides the rule, for comparing the two on one machine */
+    const char *force = getenv("MIRROR_ATTENTION");
+    if (force && !strcmp(force, "fused")) return 1;
+    if (force && !strcmp(force, "composed")) return 0;
+    if (force && *force && strcmp(force, "auto"))
+        mr_log_warn("nn: MIRROR_ATTENTION=%s is not fused, composed or auto; choosing automatically", force);
+    int half = nn->compute == MR_BF16 || nn->compute == MR_F16;
+    return half && nn->dtype == MR_F32 && head_dim % 8 == 0 && head_dim <= 128;
+}
+
 mr_val mr_nn_causal_attention(mr_nn *nn, const char *name, mr_val x, int heads) {
     mr_graph *g = nn->g;
     if (g->err != MR_OK) return MR_VAL_NONE;
@@ -365,9 +377,23 @@ mr_val mr_nn_causal_attention(mr_nn *nn, const char *name, mr_val x, int heads) 
     mr_shape bhtd = mr_shape_4d(B, H, T, D);
     mr_val q = mr_graph_slice(g, p5, 0, bhtd), k = mr_graph_slice(g, p5, one, bhtd);
     mr_val v = mr_graph_slice(g, p5, 2 * one, bhtd);
-    mr_val att = mr_graph_matmul(g, q, k, 0, 1, 1.0 / sqrt((double)D));       /* (B,H,T,T) */
-    att = mr_graph_causal_softmax(g, att); /* row t sees positions <= t */
-    mr_val y = mr_graph_matmul(g, att, v, 0, 0, 1.0);                          /* (B,H,T,D) */
+    mr_val y;
+    if (mr_nn_attention_fused(nn, D)) {
+        /* one fused node, on half casts of q, k, v under a mixed policy; y back to the model's dtype
+         * (docs/DESIGN.md "Attention") */
+        mr_dtype h = nn->compute == MR_BF16 || nn->compute == MR_F16 ? nn->compute : nn->dtype;
+        if (h != nn->dtype) {
+            q = mr_graph_cast(g, q, h);
+            k = mr_graph_cast(g, k, h);
+            v = mr_graph_cast(g, v, h);
+        }
+        y = mr_graph_attention(g, q, k, v, 1.0 / sqrt((double)D), 1);
+        if (h != nn->dtype) y = mr_graph_cast(g, y, nn->dtype);
+    } else {
+        mr_val att = mr_graph_matmul(g, q, k, 0, 1, 1.0 / sqrt((double)D)); /* (B,H,T,T) */
+        att = mr_graph_causal_softmax(g, att);                               /* row t sees positions <= t */
+        y = mr_graph_matmul(g, att, v, 0, 0, 1.0);                           /* (B,H,T,D) */
+    }
     y = mr_graph_permute(g, y, (int[]){0, 2, 1, 3});                           /* (B,T,H,D) */
     y = mr_graph_reshape(g, y, mr_shape_3d(B, T, C));
     snprintf(ln, sizeof ln, "%s.c_proj", name);

@@ -129,8 +129,16 @@ mr_val mr_nn_embedding(mr_nn *nn, const char *name, mr_val ids, int64_t vocab, i
 /* Dropout with probability p when nn->training (each call takes its own mask stream). */
 mr_val mr_nn_dropout(mr_nn *nn, mr_val x, double p);
 /* Causal multi-head self-attention, GPT-2 layout: x (B,T,C) -> (B,T,C); "name.c_attn" Linear(C, 3C)
- * and "name.c_proj" Linear(C, C). */
+ * and "name.c_proj" Linear(C, C). Under mixed precision with a head dim cuDNN's fused attention
+ * takes (mr_nn_attention_fused) the attention is one MR_OP_ATTENTION node on half casts of q, k, v;
+ * otherwise (f32, f64, other head dims) the composed f32 path: a batched GEMM, the causal softmax
+ * and a second GEMM, which keeps the (B,H,T,T) probabilities for the backward. */
 mr_val mr_nn_causal_attention(mr_nn *nn, const char *name, mr_val x, int heads);
+/* Non-zero when mr_nn_causal_attention uses the fused op: nn computes in bf16 or f16 over f32 values
+ * and head_dim is a multiple of 8 up to 128 (the shapes cuDNN 9's fused attention takes on sm_80+,
+ * docs/DESIGN.md "Attention"). The environment variable MIRROR_ATTENTION=fused (always, in the
+ * model's dtype when it is not mixed) or =composed (never) overrides this; other values warn. */
+int mr_nn_attention_fused(const mr_nn *nn, int64_t head_dim);
 /* Mean softmax cross-entropy of logits (N,C) against labels (N) i32: a scalar (1). */
 mr_val mr_nn_xent_mean(mr_nn *nn, mr_val logits, mr_val labels);
 

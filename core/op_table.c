@@ -80,6 +80,10 @@ static const mr_op_info g_ops[MR_OP_COUNT] = {
     OP(MR_OP_ADAMW_UPDATE, "adamw_update", 4, 0, MR_OP_NONE, adamw_update, NULL, CUDA_FN(mr_adamw_update_cuda)),
     /* one host function for every backend: it enqueues GPU work on the args' stream itself */
     OP(MR_OP_HOOK, "hook", 1, 1, MR_OP_NONE, hook, NULL, CUDA_FN(mr_hook_cpu)),
+    OP(MR_OP_ATTENTION, "attention", 3, 2, MR_OP_NONE, attention_fwd, mr_attention_fwd_workspace,
+       CUDA_FN(mr_attention_fwd_cuda)),
+    OP(MR_OP_ATTENTION_BWD, "attention_bwd", 6, 3, MR_OP_ATTENTION, attention_bwd, mr_attention_bwd_workspace,
+       CUDA_FN(mr_attention_bwd_cuda)),
 };
 
 const mr_op_info *mr_op_get(mr_op_id op) {

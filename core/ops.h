@@ -142,6 +142,17 @@ typedef enum mr_op_id {
      * must be linear and self-adjoint (a sum over replicas is), so the gradient of y = h(x) is
      * h(dy), another node of this op. */
     MR_OP_HOOK,
+    /* Scaled dot-product attention (flash attention's contract): in: q (..., T, D), k (..., S, D),
+     * v (..., S, D) of one float dtype (f32, f64, or bf16/f16 for mixed precision), same leading
+     * dims; out: y (..., T, D) of q's dtype, lse (..., T) (f64 for f64, else f32).
+     * y_i = sum_j softmax_j(p.attention.scale * q_i.k_j) v_j over the keys row i sees: all S, or
+     * with p.attention.causal (T <= S) j <= i + S - T. lse_i is the log-sum-exp of row i's scaled
+     * scores, saved for the backward, which recomputes the probabilities from it rather than
+     * storing the (T, S) matrix. Half inputs compute in f32 and round y once. */
+    MR_OP_ATTENTION,
+    /* in: q, k, v, y, lse (the forward's outputs), dy (y's shape and dtype); out: dq, dk, dv
+     * (the shapes and dtype of q, k, v). Same p.attention as the forward. */
+    MR_OP_ATTENTION_BWD,
     MR_OP_COUNT
 } mr_op_id;
 
@@ -207,6 +218,7 @@ typedef union mr_op_params {
     mr_sgd_params sgd;
     mr_adamw_params adamw;
     struct { const mr_hook *h; } hook;
+    struct { double scale; int causal; } attention;
 } mr_op_params;
 
 typedef struct mr_op_args {

@@ -47,6 +47,8 @@ MR_DECLARE_KERNELS(cast_fwd)           /* cast_{ref,cpu}.c */
 MR_DECLARE_KERNELS(sgd_update)         /* optim_{ref,cpu}.c */
 MR_DECLARE_KERNELS(adamw_update)
 MR_DECLARE_KERNELS(hook)               /* hook_ref.c: one function for every backend */
+MR_DECLARE_KERNELS(attention_fwd)      /* attention_{ref,cpu}.c, cuda/attention.cu */
+MR_DECLARE_KERNELS(attention_bwd)
 
 /* SOFTMAX_XENT(_BWD): rejects a label outside [0, C) that is not ignore_index, before any output
  * is written (softmax_ref.c; the CPU kernels use it too). The CUDA kernels cannot (the labels are
@@ -66,6 +68,10 @@ size_t mr_conv2d_bwd_filter_workspace(const mr_op_args *a);
 /* Scratch bytes for EMBEDDING_BWD in f32: the CUDA kernel's per-row buckets of token positions
  * (i32 row starts, fill cursors and positions); 0 for f64; the CPU kernel leaves it unused. */
 size_t mr_embedding_bwd_workspace(const mr_op_args *a);
+/* Scratch bytes for the CPU attention kernels: per thread a probability row and, for half inputs,
+ * f32 copies of one (T, D)/(S, D) slice of each operand (core/cpu/attention_cpu.c). */
+size_t mr_attention_fwd_workspace(const mr_op_args *a);
+size_t mr_attention_bwd_workspace(const mr_op_args *a);
 
 /* ---- helpers shared by the kernels (core/op_util.c) ---- */
 

@@ -1,11 +1,12 @@
 /* Training on the GPU through the trainer's device path: short runs of the MLP and the CNN on
- * Fashion-MNIST, of a layer graph with batch norm (its running statistics in device memory too) and
- * of a tiny character GPT (with and without dropout) on cuda:0, each step's loss
- * against the same run on the CPU host path (f32: close; bf16 and f16 with loss scaling: looser,
- * the GEMMs round differently); two GPU runs bit-identical (deterministic kernels, NCCL aside); a
- * stop and resume bit-identical to a straight GPU run; no driver allocation in steady-state steps
- * (the caching allocator and the planned arena); and, with 2 GPUs, 2 replicas (a thread each,
- * NCCL between them) against 1 GPU with the whole batch. Exits 77 without a GPU. */
+ * Fashion-MNIST, of a layer graph with batch norm (its running statistics in device memory too)
+ * and of a tiny character GPT (with and without dropout; in mixed_bfloat16 through the fused
+ * attention op) on cuda:0, each step's loss against the same run on the CPU host path (f32: close;
+ * bf16 and f16 with loss scaling: looser, the GEMMs round differently); two GPU runs bit-identical
+ * (deterministic kernels, NCCL aside); a stop and resume bit-identical to a straight GPU run; no
+ * driver allocation in steady-state steps (the caching allocator and the planned arena); and, with
+ * 2 GPUs, 2 replicas (a thread each, NCCL between them) against 1 GPU with the whole batch. Exits
+ * 77 without a GPU. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -138,6 +139,9 @@ static void test_gpt(void **state) {
     (void)state;
     against_cpu("gpt f32", tiny_gpt(S(20), 0.0), 5e-3);
     against_cpu("gpt f32 with dropout (no CUDA graph)", tiny_gpt(S(20), 0.1), 5e-3);
+    mr_train_cfg c = tiny_gpt(S(20), 0.0);
+    c.compute = MR_BF16; /* head dim 32: the fused attention op (core/cuda/attention.cu) */
+    against_cpu("gpt mixed_bfloat16 (fused attention)", c, 3e-2);
 }
 
 /* A layer graph with batch norm (conv, batchnorm2d, a residual block, global average pooling) on
