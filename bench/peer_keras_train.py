@@ -17,13 +17,13 @@ Usage: python3 peer_keras_train.py [--models mlp,cnn] [--bf16] [--steps 30] [--r
 Prints "tensorflow unavailable: why" and exits 0 when TensorFlow cannot be imported.
 """
 import argparse
-import gzip
 import json
 import os
 import platform
 import statistics
 import sys
 import time
+from peer_idx import read_idx  # noqa: E402  (bench/peer_idx.py)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 try:
@@ -34,14 +34,6 @@ except Exception as e:  # noqa: BLE001 - any import failure means the peer canno
     print(f"tensorflow unavailable: {type(e).__name__}: {e}")
     print("HINT: run with the interpreter bench/peers.sh prints (tensorflow-cpu from PyPI in a venv)")
     sys.exit(0)
-
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
-    ndim = raw[3]
-    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
 def make_model(name):

@@ -8,23 +8,13 @@ as bench_data does). Prints "parallel P: X elements/s", or "tf.data unavailable:
 when TensorFlow cannot be imported.
 Usage: peer_tfdata.py [--dir DIR] [--runs R] [--parallel 1,2]"""
 import argparse
-import gzip
 import os
 import statistics
 import sys
 import time
+from peer_idx import read_idx  # noqa: E402  (bench/peer_idx.py)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-
-def read_idx(path):
-    import numpy as np
-
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
-    ndim = raw[3]
-    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
 def main():

@@ -19,18 +19,9 @@ import os
 import statistics
 import sys
 import time
+from peer_idx import read_idx  # noqa: E402  (bench/peer_idx.py)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-
-def read_idx(path):
-    import numpy as np
-
-    with open(path, "rb") as f:
-        raw = f.read()
-    ndim = raw[3]
-    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
 def build(tf, name, d):

@@ -31,7 +31,6 @@ OPENBLAS_CORETYPE=SkylakeX, OMP_WAIT_POLICY=PASSIVE. Prints "torch unavailable: 
 when torch cannot be imported.
 """
 import argparse
-import gzip
 import importlib.util
 import json
 import os
@@ -39,6 +38,7 @@ import platform
 import statistics
 import sys
 import time
+from peer_idx import read_idx  # noqa: E402  (bench/peer_idx.py)
 
 TUNED_ENV = {"OPENBLAS_CORETYPE": "SkylakeX", "OMP_WAIT_POLICY": "PASSIVE"}
 if "--no-tune" not in sys.argv:
@@ -70,12 +70,6 @@ def load_torch_bench(path):
 
 
 # ----------------------------------------------------------------------------- data
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
-    ndim = raw[3]
-    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
 class ImageSet(Dataset):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The peers' Python for the benchmarks (bench/run_*.sh): what a user would pick today, PyPI's torch
-# 2.x (MKL + oneDNN, torch.compile), numpy and tensorflow-cpu, in a virtual environment created
+# 2.x (MKL + oneDNN, torch.compile), numpy, tensorflow-cpu and h5py, in a virtual environment created
 # here when missing; Debian's python3-torch (1.13, from 2022) only as a fallback. Never a
 # requirement of the test suite.
 #
@@ -37,7 +37,7 @@ fi
 if [ "${MIRROR_PEERS_OFFLINE:-0}" != 1 ]; then
     echo "bench/peers.sh: installing torch, numpy and tensorflow-cpu from PyPI into $venv (once)" >&2
     if { [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"; } >&2 &&
-        "$venv/bin/pip" install -q --disable-pip-version-check torch numpy tensorflow-cpu >&2; then
+        "$venv/bin/pip" install -q --disable-pip-version-check torch numpy tensorflow-cpu h5py >&2; then
         if d=$(describe "$venv/bin/python"); then
             printf '%s\t%s (PyPI venv %s)\n' "$venv/bin/python" "$d" "$venv"
             exit 0

@@ -11,14 +11,16 @@
 # bench/peer_tfdata_sources.py (tf.data reading the same files: TFRecordDataset + parse_example,
 # map AUTOTUNE, prefetch; mirror maps with one thread as the trainer does), run alternately per source so both see the same machine load; the
 # median of --rounds rounds (default 3) of a median of R epochs each; target mirror >= 2x.
-# PYTHON (default python3) runs the peers; /work/venv-peers/bin/python has tensorflow and h5py.
+# The peers run under bench/peers.sh's Python (PyPI tensorflow-cpu in a venv; PYTHON=... overrides);
+# the hdf5 row of tf.data needs h5py in it (pip install h5py), else that row says so.
 # Usage: bench/run_data.sh [--runs R] [--rounds K]   (default 3, 3)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 runs=3
 rounds=3
-py=${PYTHON:-python3}
+py=${PYTHON:-}
+if [ -z "$py" ]; then IFS=$'\t' read -r py peers < <(bench/peers.sh); echo "# peers: $peers"; fi
 while [ $# -gt 0 ]; do
     case "$1" in
     --runs) runs=$2; shift 2 ;;

@@ -2,7 +2,7 @@
 """NumPy fixtures written by numpy itself (tests/unit/test_data_npy.c reads them and checks every
 value against the same formulas, so CI needs no Python).
 
-    /work/venv-peers/bin/python tests/gen_npy.py    # any Python with numpy
+    python3 tests/gen_npy.py    # any Python with numpy (e.g. the venv bench/peers.sh prints)
 
 writes tests/fixtures/npy/ (a few KB; commit them). Arrays, element i and value k of it:
     i2.npy      int16 (5, 3): (i * 3 + k) * 1000 - 7000      (negative and positive)

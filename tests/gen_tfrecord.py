@@ -2,7 +2,7 @@
 """TFRecord fixtures written by TensorFlow itself (tests/unit/test_data_tfrecord.c reads them and
 checks every value against the same formulas, so CI needs neither Python nor TensorFlow).
 
-    /work/venv-peers/bin/python tests/gen_tfrecord.py    # any Python with tensorflow (tensorflow-cpu)
+    python3 tests/gen_tfrecord.py    # any Python with tensorflow-cpu (e.g. the venv bench/peers.sh prints)
 
 writes tests/fixtures/tfrecord/ (a few KB; commit them):
     examples.tfrecord      7 tf.train.Example records, record i:
