@@ -19,21 +19,12 @@
 #include "data/augment.h"
 #include "data/data.h"
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void die(const char *what) {
     fprintf(stderr, "bench_data: %s: %s\n", what, mr_last_error());
     exit(1);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+#include "bench_data_util.h"
 
 /* in: "image" u8 (28,28), "label" i32 [] -> out: "image" f32 (28,28), "label" i32 [] */
 static mr_status normalize(void *ctx, const void *const in[], void *const out[], int64_t index, int64_t epoch) {
@@ -45,33 +36,6 @@ static mr_status normalize(void *ctx, const void *const in[], void *const out[],
     for (int i = 0; i < 28 * 28; i++) y[i] = (float)x[i] * (1.0f / 255.0f);
     *(int32_t *)out[1] = *(const int32_t *)in[1];
     return MR_OK;
-}
-
-#define STEP(d, call)                                                                            \
-    do {                                                                                         \
-        mr_dataset *nd_ = NULL;                                                                  \
-        if ((call) != MR_OK) die(#call);                                                         \
-        mr_data_free(d);                                                                         \
-        d = nd_;                                                                                 \
-    } while (0)
-
-/* One epoch through a fresh iterator; returns seconds, fills *st and *n (elements). */
-static double epoch(mr_dataset *d, mr_data_stats *st, int64_t *n) {
-    mr_data_iter *it = NULL;
-    double t0 = now_s();
-    if (mr_data_iter_new(d, &it) != MR_OK) die("iterator");
-    *n = 0;
-    for (;;) {
-        mr_data_elem e;
-        int end = 0;
-        if (mr_data_iter_next(it, &e, &end) != MR_OK) die("next");
-        if (end) break;
-        *n += e.shape[0].dim[0];
-    }
-    double dt = now_s() - t0;
-    if (mr_data_iter_stats(it, st) != MR_OK) die("stats");
-    mr_data_iter_free(it);
-    return dt;
 }
 
 int main(int argc, char **argv) {
@@ -126,9 +90,9 @@ int main(int argc, char **argv) {
         STEP(d, mr_data_prefetch(d, MR_DATA_AUTO, &nd_));
         mr_data_stats st;
         int64_t n = 0;
-        epoch(d, &st, &n); /* warm-up */
+        bench_epoch(d, &st, &n); /* warm-up */
         double *rate = malloc(sizeof(double) * (size_t)runs);
-        for (int r = 0; r < runs; r++) rate[r] = (double)n / epoch(d, &st, &n);
+        for (int r = 0; r < runs; r++) rate[r] = (double)n / bench_epoch(d, &st, &n);
         qsort(rate, (size_t)runs, sizeof(double), cmp_double);
         double med = rate[runs / 2];
         char pname[16];

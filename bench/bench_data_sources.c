@@ -20,21 +20,12 @@
 
 #include "data/sources.h"
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void die(const char *what) {
     fprintf(stderr, "bench_data_sources: %s: %s\n", what, mr_last_error());
     exit(1);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
+#include "bench_data_util.h"
 
 static mr_status normalize(void *ctx, const void *const in[], void *const out[], int64_t index, int64_t epoch) {
     (void)ctx;
@@ -91,32 +82,6 @@ static mr_dataset *open_source(const char *dir, const char *name) {
     return cl;
 }
 
-#define STEP(d, call)                                                                            \
-    do {                                                                                         \
-        mr_dataset *nd_ = NULL;                                                                  \
-        if ((call) != MR_OK) die(#call);                                                         \
-        mr_data_free(d);                                                                         \
-        d = nd_;                                                                                 \
-    } while (0)
-
-static double epoch(mr_dataset *d, int64_t *n, mr_data_stats *st) {
-    mr_data_iter *it = NULL;
-    double t0 = now_s();
-    if (mr_data_iter_new(d, &it) != MR_OK) die("iterator");
-    *n = 0;
-    for (;;) {
-        mr_data_elem e;
-        int end = 0;
-        if (mr_data_iter_next(it, &e, &end) != MR_OK) die("next");
-        if (end) break;
-        *n += e.shape[0].dim[0];
-    }
-    double dt = now_s() - t0;
-    if (mr_data_iter_stats(it, st) != MR_OK) die("stats");
-    mr_data_iter_free(it);
-    return dt;
-}
-
 int main(int argc, char **argv) {
     const char *dir = NULL, *sources = "idx,hdf5,npy,tfrecord,tfrecord_sharded";
     int runs = 3, par = 1;
@@ -150,9 +115,9 @@ int main(int argc, char **argv) {
         STEP(d, mr_data_prefetch(d, MR_DATA_AUTO, &nd_));
         int64_t n = 0;
         mr_data_stats st;
-        epoch(d, &n, &st); /* warm-up: page cache, the HDF5 block cache, thread pools */
+        bench_epoch(d, &st, &n); /* warm-up: page cache, the HDF5 block cache, thread pools */
         double *rate = malloc(sizeof(double) * (size_t)runs);
-        for (int r = 0; r < runs; r++) rate[r] = (double)n / epoch(d, &n, &st);
+        for (int r = 0; r < runs; r++) rate[r] = (double)n / bench_epoch(d, &st, &n);
         qsort(rate, (size_t)runs, sizeof(double), cmp_double);
         printf("source %s: %.0f elements/s (median of %d epochs of %lld; open %.3f s; P in use %d, prefetch depth %lld)\n",
                name, rate[runs / 2], runs, (long long)n, open_s, st.map_parallel, (long long)st.prefetch);
