@@ -3,7 +3,7 @@
  * reduction, agreement, unscale/clip/update; the exchange itself: distribute/ddp.h). Checkpoint
  * contents: train_ckpt.c; the device path: train_device.c; replicas: train_dist.c. */
 #include "train/train_impl.h"
-#include "train/train_source.h"
+#include "train/train_source_impl.h"
 #include "checkpoint/ckpt.h"
 #include "core/log.h"
 #include "core/math/philox_math.h"

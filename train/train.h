@@ -21,7 +21,7 @@ extern "C" {
 
 #define MR_TEXT_HOLDOUT 64
 
-/* mr_train_cfg.data_source (train/train_source.h). */
+/* mr_train_cfg.data_source (train/train_source_impl.h). */
 enum { MR_TRAIN_SRC_IDX = 0, MR_TRAIN_SRC_HDF5 = 1, MR_TRAIN_SRC_NPY = 2, MR_TRAIN_SRC_TFRECORD = 3 };
 
 struct mr_train_state;
@@ -44,7 +44,7 @@ typedef struct mr_train_cfg {
      * count). When eval_text names the same file, its first MR_TEXT_HOLDOUT windows are held out
      * for evaluation and training skips them. */
     const char *train_text, *eval_text;
-    /* The classifier's source kind (train/train_source.h): MR_TRAIN_SRC_IDX (0: train_images and
+    /* The classifier's source kind (train/train_source_impl.h): MR_TRAIN_SRC_IDX (0: train_images and
      * train_labels are IDX files), HDF5 (train_images is the file, train_x_dataset and
      * train_y_dataset the datasets), NPY (.npy files in train_images/train_labels, or with
      * train_x_dataset/train_y_dataset set, a .npz in train_images and its members) or TFRECORD (train_images; train_x_dataset and

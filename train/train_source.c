@@ -1,4 +1,4 @@
-/* The trainer's data sources (train/train_source.h): from the config's source kind and paths to one
+/* The trainer's data sources (train/train_source_impl.h): from the config's source kind and paths to one
  * random-access dataset that looks exactly like mr_data_from_idx's ("image" u8, "label" i32), so
  * make_pipeline (train/train.c) builds the same transforms on top and an HDF5, .npy or TFRecord
  * copy of IDX data trains to the same bits (tests/e2e/data_sources.sh). Sharded sets: every path
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "data/sources.h"
-#include "train/train_source.h"
+#include "train/train_source_impl.h"
 
 /* Opens file k of the set (path, and lpath: the labels file of a two-file source, or NULL). */
 static mr_status open_one(const mr_train_cfg *c, int train, const char *path, const char *lpath, mr_dataset **out) {

@@ -1,7 +1,7 @@
 /* Private to the trainer: opening the data source of a run from its config (train/train_source.c).
  * Kept apart from make_pipeline (train/train.c), which builds the transforms after the source. */
-#ifndef MR_TRAIN_TRAIN_SOURCE_H
-#define MR_TRAIN_TRAIN_SOURCE_H
+#ifndef MR_TRAIN_TRAIN_SOURCE_IMPL_H
+#define MR_TRAIN_TRAIN_SOURCE_IMPL_H
 
 #include "data/data.h"
 #include "train/train.h"
