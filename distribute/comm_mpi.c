@@ -20,7 +20,8 @@
  * MPI_Isend/MPI_Irecv, each step polled with the deadline: MPI_Iallreduce (libnbc) runs in place,
  * and with < 4 ranks always, as a binomial tree through rank 0, and reached 2.7 GB/s where the
  * blocking MPI_Allreduce reaches 6 GB/s (2 ranks, 1-16 MB); the ring matches the blocking call.
- * Smaller pieces, where latency rules, use MPI_Iallreduce.
+ * Smaller pieces, where latency rules, run as a recursive doubling over the same calls (rd_allreduce);
+ * an empty one (n == 0) and a 1-rank communicator still call MPI_Iallreduce.
  *
  * Errors: the communicator has MPI_ERRORS_RETURN; MR_TRY_MPI turns a failing call into
  * MR_ERR_COMM with MPI_Error_string's text. Thread level: MPI_THREAD_MULTIPLE is requested; when
@@ -42,7 +43,7 @@
 
 #include "core/log.h"
 
-enum { POLL_HOT = 64, POLL_SLEEP_NS = 50000, RING_TAG = 0x6d72, RING_MIN_BYTES = 65536 };
+enum { POLL_HOT = 64, POLL_SLEEP_NS = 50000, RING_TAG = 0x6d72, RD_TAG = 0x6d73, RING_MIN_BYTES = 65536 };
 #define POLL_SPIN_S 0.05
 
 /* ---- process-wide MPI state -------------------------------------------------------------------- */
@@ -297,6 +298,50 @@ fail:
     return st;
 }
 
+/* Recursive-doubling all-reduce of one small piece (k elements of dt, summed in place in buf), for
+ * the latency-bound sizes below RING_MIN_BYTES (the trainer's per-step agreement: loss, finite
+ * flag, stop request, norms). MPI_Iallreduce (libnbc) took 3 to 30 times the blocking
+ * MPI_Allreduce's time at 1-16 KB (bench/bench_comm.c); this is one exchange per doubling step over
+ * MPI_Isend/MPI_Irecv, each step polled with the deadline, log2(p) steps. With p not a power of two
+ * the ranks from p2 (the largest power of two <= p) up first hand their values to rank r - p2 and
+ * get the result back at the end. In each step both partners add the same two operands (x + y and
+ * y + x are the same IEEE sum), so every rank gets the same bits; NaN payloads aside. */
+static mr_status rd_allreduce(mr_comm *c, mpi_ctx *m, char *buf, int64_t k, mr_dtype dt) {
+    mr_status st = MR_OK;
+    const int p = c->size, r = c->rank;
+    const size_t es = mr_dtype_size(dt);
+    const MPI_Datatype T = mpi_type(dt);
+    int p2 = 1;
+    while (p2 * 2 <= p) p2 *= 2;
+    MR_TRY(tmp_reserve(m, (size_t)(k > 0 ? k : 1) * es));
+    MPI_Request rqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    if (r >= p2) { /* fold in: give my value to r - p2, then take the result from it */
+        MR_TRY_MPI(MPI_Isend(buf, (int)k, T, r - p2, RD_TAG, m->comm, &rqs[0]));
+        MR_TRY(wait_reqs(1, rqs, c->timeout_s, "recursive-doubling MPI_Isend"));
+        MR_TRY_MPI(MPI_Irecv(buf, (int)k, T, r - p2, RD_TAG, m->comm, &rqs[0]));
+        MR_TRY(wait_reqs(1, rqs, c->timeout_s, "recursive-doubling MPI_Irecv"));
+        return MR_OK;
+    }
+    if (r + p2 < p) {
+        MR_TRY_MPI(MPI_Irecv(m->tmp, (int)k, T, r + p2, RD_TAG, m->comm, &rqs[0]));
+        MR_TRY(wait_reqs(1, rqs, c->timeout_s, "recursive-doubling MPI_Irecv"));
+        mr_comm_add_into(buf, m->tmp, k, dt);
+    }
+    for (int mask = 1; mask < p2; mask <<= 1) {
+        const int partner = r ^ mask;
+        MR_TRY_MPI(MPI_Irecv(m->tmp, (int)k, T, partner, RD_TAG, m->comm, &rqs[0]));
+        MR_TRY_MPI(MPI_Isend(buf, (int)k, T, partner, RD_TAG, m->comm, &rqs[1]));
+        MR_TRY(wait_reqs(2, rqs, c->timeout_s, "recursive-doubling MPI_Isend/MPI_Irecv"));
+        mr_comm_add_into(buf, m->tmp, k, dt);
+    }
+    if (r + p2 < p) { /* fold out */
+        MR_TRY_MPI(MPI_Isend(buf, (int)k, T, r + p2, RD_TAG, m->comm, &rqs[0]));
+        MR_TRY(wait_reqs(1, rqs, c->timeout_s, "recursive-doubling MPI_Isend"));
+    }
+fail:
+    return st;
+}
+
 /* Starts one nonblocking collective (a piece), then polls it to completion. */
 #define RUN_PIECE(post, name)                                                                     \
     do {                                                                                          \
@@ -327,6 +372,8 @@ static mr_status mpi_collective(mr_comm *c, const mr_coll *op) {
             int k = (int)(n - off < per ? n - off : per);
             if ((size_t)k * es >= RING_MIN_BYTES && k >= c->size && c->size > 1) /* same choice on every rank */
                 MR_TRY(ring_allreduce(c, m, buf + (size_t)off * es, k, op->dt));
+            else if (c->size > 1 && k > 0)
+                MR_TRY(rd_allreduce(c, m, buf + (size_t)off * es, k, op->dt));
             else
                 RUN_PIECE(MPI_Iallreduce(MPI_IN_PLACE, buf + (size_t)off * es, k, T, MPI_SUM, m->comm, &req_),
                           "MPI_Iallreduce");
