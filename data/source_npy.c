@@ -268,6 +268,10 @@ static mr_status npz_member(const unsigned char *m, size_t len, const char *path
                                     path, want, (unsigned long long)method);
             if (usize > ((uint64_t)1 << 40))
                 return mr_set_error(MR_ERR_FORMAT, "%s: member %s claims %llu bytes", path, want, (unsigned long long)usize);
+            if (usize / 1032 > csize + 1) /* deflate expands at most 1032:1 (zlib FAQ: 2 bits per 258-byte match) */
+                return mr_set_error(MR_ERR_FORMAT, "%s: member %s claims %llu inflated bytes from %llu compressed, more than "
+                                                   "deflate's 1032:1; HINT: the archive's directory is corrupt", path, want,
+                                    (unsigned long long)usize, (unsigned long long)csize);
             *heap = malloc(usize ? (size_t)usize : 1);
             if (!*heap) return mr_set_error(MR_ERR_NOMEM, "%s: out of memory inflating member %s", path, want);
             z_stream zs;

@@ -309,7 +309,8 @@ static void bad_member(const char *p, const unsigned char *z, size_t n, const ch
 
 /* A shape whose product wraps int64 (2^32 * 2^32 = 2^64) is too large, not an empty array; zip
  * offsets and sizes near 2^64 (a zip64 locator, a zip64 end record's directory offset, a zip64
- * extra's compressed size and local header offset) are errors, not reads outside the file. */
+ * extra's compressed size and local header offset) are errors, not reads outside the file; an
+ * inflated size no deflate stream of that length can reach is an error, not an allocation. */
 static void test_hostile_headers(void **state) {
     (void)state;
     const char *p = th_tmp_path("hostile.npy");
@@ -352,6 +353,17 @@ static void test_hostile_headers(void **state) {
     put_le(t + 76, 0x06054b50u, 4), put_le(t + 86, 0xFFFF, 2), put_le(t + 92, 0xFFFFFFFFu, 4);
     bad_member(pz, t, 98, "bad zip central directory entry 0");
     free(z);
+    free(good);
+    /* a deflated member whose directory entry claims 2^31 - 1 inflated bytes from ~80 compressed
+     * ones: more than deflate's 1032:1 can give, refused before any allocation (was: a 2 GiB
+     * malloc, then "corrupt deflate data"; libFuzzer's out-of-memory) */
+    good = slurp(fx("arrays_c.npz"), &n);
+    unsigned char *cd = NULL;
+    for (size_t k = 0; k + 4 <= n && !cd; k++)
+        if (!memcmp(good + k, "PK\x01\x02", 4)) cd = good + k; /* member x's directory entry */
+    assert_non_null(cd);
+    put_le(cd + 24, 0x7FFFFFFFu, 4);
+    bad_member(pz, good, n, "more than deflate's 1032:1");
     free(good);
 }
 
