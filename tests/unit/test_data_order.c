@@ -4,7 +4,8 @@
  *   resumes on any other W so that the rest of the sequence is exactly the uninterrupted one;
  *   bad blobs and unsupported pipelines fail with their status;
  * - the trainer (local replicas, MIRROR_DATA_LOG's sample logs, train/train_data.c): 2 replicas
- *   for 30 steps, checkpointed at 15 and resumed on 1 and on 4, consume exactly the samples of
+ *   for 30 steps, checkpointed at 15 and resumed on 1 and on 4 (and with train.accumulate 4 on 1,
+ *   2 on 4), consume exactly the samples of
  *   the uninterrupted 2-replica run, none repeated or skipped; a checkpoint of the older format
  *   (per-replica states, tests/fixtures/ckpt_v1_world2.h5) still resumes exactly on 2;
  * - evaluation over 1, 2, 3 and 4 replicas evaluates each of the 10000 test images exactly once,
@@ -315,13 +316,16 @@ static void test_trainer_resume_other_world(void **state) {
     train_logged(&c, "half.log", &r);
     char half_ckpt[4096];
     mr_ckpt_path(tdir("half"), T_STEPS / 2, half_ckpt, sizeof half_ckpt);
-    static const int worlds[] = {1, 4, 2};
+    /* {replicas, micro-batches per step}: the data position is the global sample count whatever
+     * train.accumulate splits each replica's share into */
+    static const int worlds[][2] = {{1, 1}, {4, 1}, {2, 1}, {1, 4}, {4, 2}};
     for (size_t k = 0; k < sizeof worlds / sizeof *worlds; k++) {
-        const int m = worlds[k];
+        const int m = worlds[k][0], acc = worlds[k][1];
         char tag[64], log[64];
-        snprintf(tag, sizeof tag, "on%d", m);
-        snprintf(log, sizeof log, "on%d.log", m);
+        snprintf(tag, sizeof tag, "on%d-acc%d", m, acc);
+        snprintf(log, sizeof log, "on%d-acc%d.log", m, acc);
         c = small(tdir(tag), m, T_STEPS);
+        c.accumulate = acc;
         c.resume = half_ckpt;
         train_logged(&c, log, &r);
         assert_int_equal(r.resumed_from, T_STEPS / 2);
@@ -330,10 +334,10 @@ static void test_trainer_resume_other_world(void **state) {
         char what[128];
         snprintf(what, sizeof what, "2 replicas for %d steps", T_STEPS / 2);
         same_samples(ref, nref, first, n1, 0, T_STEPS / 2 * T_BATCH, what);
-        snprintf(what, sizeof what, "resumed on %d replica(s)", m);
+        snprintf(what, sizeof what, "resumed on %d replica(s), accumulate %d", m, acc);
         same_samples(ref, nref, second, n2, T_STEPS / 2 * T_BATCH, T_STEPS * T_BATCH, what);
-        print_message("  2 replicas for %d steps, resumed on %d: the %d samples of the uninterrupted run, in its "
-                      "order\n", T_STEPS / 2, m, T_STEPS * T_BATCH);
+        print_message("  2 replicas for %d steps, resumed on %d (accumulate %d): the %d samples of the uninterrupted "
+                      "run, in its order\n", T_STEPS / 2, m, acc, T_STEPS * T_BATCH);
         free(first);
         free(second);
     }
