@@ -179,10 +179,15 @@ static mr_status parse_npy(const unsigned char *p, size_t len, int64_t base, con
     if (st) return st;
     a->n = dims[0];
     a->shape = mr_shape_make(ndim - 1, dims + 1);
-    a->numel = mr_shape_numel(&a->shape);
-    size_t need = (size_t)a->n * (size_t)a->numel * a->src_size;
-    if (a->numel > ((int64_t)1 << 30) || (a->numel && (uint64_t)a->n > ((uint64_t)1 << 42) / (uint64_t)a->numel))
+    /* the product of the element's non-zero dims, capped before it can wrap (dims up to 2^40
+     * each): a shape like (1, 2^32, 2^32) or (1, 2^32, 2^32, 0) is too large, not 2^64 = 0 */
+    int64_t numel = 1;
+    for (int d = 1; d < ndim; d++)
+        if (dims[d]) numel = numel > ((int64_t)1 << 30) / dims[d] ? INT64_MAX : numel * dims[d];
+    a->numel = numel > ((int64_t)1 << 30) ? numel : mr_shape_numel(&a->shape);
+    if (numel > ((int64_t)1 << 30) || (a->numel && (uint64_t)a->n > ((uint64_t)1 << 42) / (uint64_t)a->numel))
         return mr_set_error(MR_ERR_FORMAT, "%s: offset %lld: shape too large", what, (long long)(base + (int64_t)ho));
+    size_t need = (size_t)a->n * (size_t)a->numel * a->src_size;
     if (ho + hl + need > len)
         return mr_set_error(MR_ERR_FORMAT, "%s: truncated: the shape needs %zu data bytes from offset %lld, the data ends "
                                            "at offset %lld", what, need, (long long)(base + (int64_t)(ho + hl)),
@@ -215,7 +220,7 @@ static mr_status npz_member(const unsigned char *m, size_t len, const char *path
         if (eocd < 20 || le(m + eocd - 20, 4) != 0x07064b50u)
             return mr_set_error(MR_ERR_FORMAT, "%s: offset %lld: zip64 locator missing", path, (long long)(eocd - 20));
         uint64_t z = le(m + eocd - 20 + 8, 8);
-        if (z + 56 > len || le(m + z, 4) != 0x06064b50u)
+        if (z > len || len - z < 56 || le(m + z, 4) != 0x06064b50u)
             return mr_set_error(MR_ERR_FORMAT, "%s: offset %llu: bad zip64 end-of-directory record", path,
                                 (unsigned long long)z);
         entries = le(m + z + 32, 8), cd = le(m + z + 48, 8);
@@ -223,7 +228,7 @@ static mr_status npz_member(const unsigned char *m, size_t len, const char *path
     size_t wl = strlen(want);
     uint64_t at = cd;
     for (uint64_t e = 0; e < entries; e++) {
-        if (at + 46 > len || le(m + at, 4) != 0x02014b50u)
+        if (at > len || len - at < 46 || le(m + at, 4) != 0x02014b50u)
             return mr_set_error(MR_ERR_FORMAT, "%s: offset %llu: bad zip central directory entry %llu", path,
                                 (unsigned long long)at, (unsigned long long)e);
         uint64_t method = le(m + at + 10, 2), csize = le(m + at + 20, 4), usize = le(m + at + 24, 4);
@@ -244,11 +249,11 @@ static mr_status npz_member(const unsigned char *m, size_t len, const char *path
                 }
                 x += 4 + sz;
             }
-            if (loff + 30 > len || le(m + loff, 4) != 0x04034b50u)
+            if (loff > len || len - loff < 30 || le(m + loff, 4) != 0x04034b50u)
                 return mr_set_error(MR_ERR_FORMAT, "%s: offset %llu: bad zip local header of member %s", path,
                                     (unsigned long long)loff, want);
             uint64_t data = loff + 30 + le(m + loff + 26, 2) + le(m + loff + 28, 2);
-            if (data + csize > len)
+            if (data > len || csize > len - data)
                 return mr_set_error(MR_ERR_FORMAT, "%s: truncated: member %s needs %llu bytes at offset %llu", path, want,
                                     (unsigned long long)csize, (unsigned long long)data);
             *base = (int64_t)data;
@@ -263,6 +268,10 @@ static mr_status npz_member(const unsigned char *m, size_t len, const char *path
                                     path, want, (unsigned long long)method);
             if (usize > ((uint64_t)1 << 40))
                 return mr_set_error(MR_ERR_FORMAT, "%s: member %s claims %llu bytes", path, want, (unsigned long long)usize);
+            if (usize / 1032 > csize + 1) /* deflate expands at most 1032:1 (zlib FAQ: 2 bits per 258-byte match) */
+                return mr_set_error(MR_ERR_FORMAT, "%s: member %s claims %llu inflated bytes from %llu compressed, more than "
+                                                   "deflate's 1032:1; HINT: the archive's directory is corrupt", path, want,
+                                    (unsigned long long)usize, (unsigned long long)csize);
             *heap = malloc(usize ? (size_t)usize : 1);
             if (!*heap) return mr_set_error(MR_ERR_NOMEM, "%s: out of memory inflating member %s", path, want);
             z_stream zs;

@@ -3,7 +3,8 @@
  * CRC-32C are data/tfrecord.h's (shared with the TensorBoard event writer).
  *
  * Random access: opening the file reads it once (memory-mapped, or inflated into memory when it
- * starts with the gzip magic: TFRecordOptions(compression_type="GZIP")) and builds an index of
+ * starts with the gzip magic and not with a valid record header:
+ * TFRecordOptions(compression_type="GZIP")) and builds an index of
  * record offsets, verifying every length CRC and that no record is cut short. Element i is then
  * record i: its data CRC is checked, the Example unpacked and each configured feature copied out
  * by key. So shuffle, shard and resume work as for every other source. Errors name the file, the
@@ -169,9 +170,12 @@ static mr_status load(tfr_impl *t) {
         return mr_set_error(MR_ERR_IO, "%s: stat failed: %s", t->path, strerror(e));
     }
     size_t len = (size_t)sb.st_size;
-    uint8_t magic[2] = {0, 0};
-    if (len >= 2 && pread(fd, magic, 2, 0) != 2) magic[0] = 0;
-    if (magic[0] == 0x1f && magic[1] == 0x8b) { /* GZIP TFRecord: the whole stream inflates to records */
+    uint8_t magic[12] = {0};
+    if (len >= 2 && pread(fd, magic, len < 12 ? 2 : 12, 0) != (ssize_t)(len < 12 ? 2 : 12)) magic[0] = 0;
+    /* gzip's magic, unless the bytes are a TFRecord header with a valid length CRC (a plain file
+     * whose first record is 0x8b1f bytes long, mod 2^16, starts with 1f 8b too) */
+    const int plain = len >= 12 && le32(magic + 8) == mr_crc32c_mask(mr_crc32c(magic, 8));
+    if (magic[0] == 0x1f && magic[1] == 0x8b && !plain) { /* GZIP TFRecord: the whole stream inflates to records */
         close(fd);
         t->gz = 1;
         gzFile g = gzopen(t->path, "rb");

@@ -262,6 +262,111 @@ static void test_errors(void **state) {
     expect_err(mr_data_from_npy(pp, NULL, nn, 0, &ds), MR_ERR_INVALID, "1 to 4 arrays", NULL);
 }
 
+/* ---- hostile headers: sizes and offsets chosen to overflow 64-bit sums or products ---------- */
+
+static void put_le(unsigned char *p, uint64_t v, int n) {
+    for (int i = 0; i < n; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* A zip of one stored member "x.npy" (the npy bytes) into z (cap >= n + 200); its central
+ * directory entry's csize/loff are 0xFFFFFFFF with the values in a zip64 extra when csize64 or
+ * loff64 is non-zero. Returns the archive's size. */
+static size_t make_zip(unsigned char *z, const unsigned char *npy, size_t n, uint64_t csize64, uint64_t loff64) {
+    size_t at = 0;
+    put_le(z + at, 0x04034b50u, 4), put_le(z + at + 4, 20, 2), put_le(z + at + 6, 0, 2), put_le(z + at + 8, 0, 2);
+    put_le(z + at + 10, 0, 4), put_le(z + at + 14, 0, 4), put_le(z + at + 18, n, 4), put_le(z + at + 22, n, 4);
+    put_le(z + at + 26, 5, 2), put_le(z + at + 28, 0, 2);
+    memcpy(z + at + 30, "x.npy", 5);
+    memcpy(z + at + 35, npy, n);
+    at += 35 + n;
+    const size_t cd = at;
+    int xl = (csize64 ? 8 : 0) + (loff64 ? 8 : 0);
+    memset(z + at, 0, 46);
+    put_le(z + at, 0x02014b50u, 4), put_le(z + at + 4, 20, 2), put_le(z + at + 6, 20, 2);
+    put_le(z + at + 20, csize64 ? 0xFFFFFFFFu : n, 4), put_le(z + at + 24, n, 4);
+    put_le(z + at + 28, 5, 2), put_le(z + at + 30, xl ? 4 + xl : 0, 2), put_le(z + at + 42, loff64 ? 0xFFFFFFFFu : 0, 4);
+    memcpy(z + at + 46, "x.npy", 5);
+    at += 51;
+    if (xl) {
+        put_le(z + at, 1, 2), put_le(z + at + 2, (uint64_t)xl, 2);
+        at += 4;
+        if (csize64) put_le(z + at, csize64, 8), at += 8;
+        if (loff64) put_le(z + at, loff64, 8), at += 8;
+    }
+    memset(z + at, 0, 22);
+    put_le(z + at, 0x06054b50u, 4), put_le(z + at + 8, 1, 2), put_le(z + at + 10, 1, 2);
+    put_le(z + at + 12, at - cd, 4), put_le(z + at + 16, cd, 4);
+    return at + 22;
+}
+
+static void bad_member(const char *p, const unsigned char *z, size_t n, const char *n1) {
+    spit(p, z, n);
+    const char *paths[1] = {p}, *members[1] = {"x"}, *names[1] = {"a"};
+    mr_dataset *ds = NULL;
+    expect_err(mr_data_from_npy(paths, members, names, 1, &ds), MR_ERR_FORMAT, "hostile.npz", n1);
+    assert_null(ds);
+}
+
+/* A shape whose product wraps int64 (2^32 * 2^32 = 2^64) is too large, not an empty array; zip
+ * offsets and sizes near 2^64 (a zip64 locator, a zip64 end record's directory offset, a zip64
+ * extra's compressed size and local header offset) are errors, not reads outside the file; an
+ * inflated size no deflate stream of that length can reach is an error, not an allocation. */
+static void test_hostile_headers(void **state) {
+    (void)state;
+    const char *p = th_tmp_path("hostile.npy");
+    unsigned char npy[128];
+    const char *h = "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 4294967296, 4294967296), }";
+    memcpy(npy, "\x93NUMPY\x01\x00", 8);
+    memset(npy + 10, ' ', 118);
+    memcpy(npy + 10, h, strlen(h));
+    npy[127] = '\n';
+    put_le(npy + 8, 118, 2);
+    spit(p, npy, sizeof npy);
+    bad1(p, NULL, MR_ERR_FORMAT, "hostile.npy: offset 10: shape too large", NULL);
+    /* a good member (i2.npy) in a hand-made zip reads; then the same zip with hostile numbers */
+    size_t n = 0;
+    unsigned char *good = slurp(fx("i2.npy"), &n);
+    unsigned char *z = malloc(n + 400);
+    assert_non_null(z);
+    const char *pz = th_tmp_path("hostile.npz");
+    size_t zn = make_zip(z, good, n, 0, 0);
+    spit(pz, z, zn);
+    const char *paths[1] = {pz}, *members[1] = {"x"}, *names[1] = {"a"};
+    mr_dataset *ds = NULL;
+    MR_ASSERT_OK(mr_data_from_npy(paths, members, names, 1, &ds));
+    assert_int_equal(mr_data_source_size(ds), 5);
+    mr_data_free(ds);
+    zn = make_zip(z, good, n, (uint64_t)0 - 16, 0); /* data + csize wraps below the file's size */
+    bad_member(pz, z, zn, "truncated: member x needs");
+    zn = make_zip(z, good, n, 0, (uint64_t)0 - 16); /* loff + 30 wraps */
+    bad_member(pz, z, zn, "bad zip local header of member x");
+    /* a zip64 locator whose end record sits at 2^64 - 16 (z + 56 wraps) */
+    unsigned char t[20 + 22 + 56 + 20 + 22];
+    memset(t, 0, sizeof t);
+    put_le(t, 0x07064b50u, 4), put_le(t + 8, (uint64_t)0 - 16, 8);
+    put_le(t + 20, 0x06054b50u, 4), put_le(t + 30, 0xFFFF, 2), put_le(t + 36, 0xFFFFFFFFu, 4);
+    bad_member(pz, t, 42, "bad zip64 end-of-directory record");
+    /* a valid zip64 end record whose directory offset is 2^64 - 16 (at + 46 wraps) */
+    memset(t, 0, sizeof t);
+    put_le(t, 0x06064b50u, 4), put_le(t + 32, 1, 8), put_le(t + 48, (uint64_t)0 - 16, 8);
+    put_le(t + 56, 0x07064b50u, 4), put_le(t + 64, 0, 8);
+    put_le(t + 76, 0x06054b50u, 4), put_le(t + 86, 0xFFFF, 2), put_le(t + 92, 0xFFFFFFFFu, 4);
+    bad_member(pz, t, 98, "bad zip central directory entry 0");
+    free(z);
+    free(good);
+    /* a deflated member whose directory entry claims 2^31 - 1 inflated bytes from ~80 compressed
+     * ones: more than deflate's 1032:1 can give, refused before any allocation (was: a 2 GiB
+     * malloc, then "corrupt deflate data"; libFuzzer's out-of-memory) */
+    good = slurp(fx("arrays_c.npz"), &n);
+    unsigned char *cd = NULL;
+    for (size_t k = 0; k + 4 <= n && !cd; k++)
+        if (!memcmp(good + k, "PK\x01\x02", 4)) cd = good + k; /* member x's directory entry */
+    assert_non_null(cd);
+    put_le(cd + 24, 0x7FFFFFFFu, 4);
+    bad_member(pz, good, n, "more than deflate's 1032:1");
+    free(good);
+}
+
 static void test_as_classes(void **state) {
     (void)state;
     mr_dataset *ds = NULL, *cl = NULL;
@@ -387,6 +492,7 @@ int main(void) {
         cmocka_unit_test(test_dtypes),
         cmocka_unit_test(test_npz),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_hostile_headers),
         cmocka_unit_test(test_as_classes),
         cmocka_unit_test(test_sets),
     };

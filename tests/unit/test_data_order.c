@@ -4,8 +4,10 @@
  *   resumes on any other W so that the rest of the sequence is exactly the uninterrupted one;
  *   bad blobs and unsupported pipelines fail with their status;
  * - the trainer (local replicas, MIRROR_DATA_LOG's sample logs, train/train_data.c): 2 replicas
- *   for 30 steps, checkpointed at 15 and resumed on 1 and on 4, consume exactly the samples of
- *   the uninterrupted 2-replica run, none repeated or skipped; a checkpoint of the older format
+ *   for 30 steps, checkpointed at 15 and resumed on 1 and on 4 (and with train.accumulate 4 on 1,
+ *   2 on 4), consume exactly the samples of the uninterrupted 2-replica run, none repeated or
+ *   skipped; resumed with twice the batch, the samples that follow the checkpoint's last; a
+ *   checkpoint of the older format
  *   (per-replica states, tests/fixtures/ckpt_v1_world2.h5) still resumes exactly on 2;
  * - evaluation over 1, 2, 3 and 4 replicas evaluates each of the 10000 test images exactly once,
  *   the last partial batches included;
@@ -315,13 +317,16 @@ static void test_trainer_resume_other_world(void **state) {
     train_logged(&c, "half.log", &r);
     char half_ckpt[4096];
     mr_ckpt_path(tdir("half"), T_STEPS / 2, half_ckpt, sizeof half_ckpt);
-    static const int worlds[] = {1, 4, 2};
+    /* {replicas, micro-batches per step}: the data position is the global sample count whatever
+     * train.accumulate splits each replica's share into */
+    static const int worlds[][2] = {{1, 1}, {4, 1}, {2, 1}, {1, 4}, {4, 2}};
     for (size_t k = 0; k < sizeof worlds / sizeof *worlds; k++) {
-        const int m = worlds[k];
+        const int m = worlds[k][0], acc = worlds[k][1];
         char tag[64], log[64];
-        snprintf(tag, sizeof tag, "on%d", m);
-        snprintf(log, sizeof log, "on%d.log", m);
+        snprintf(tag, sizeof tag, "on%d-acc%d", m, acc);
+        snprintf(log, sizeof log, "on%d-acc%d.log", m, acc);
         c = small(tdir(tag), m, T_STEPS);
+        c.accumulate = acc;
         c.resume = half_ckpt;
         train_logged(&c, log, &r);
         assert_int_equal(r.resumed_from, T_STEPS / 2);
@@ -330,14 +335,51 @@ static void test_trainer_resume_other_world(void **state) {
         char what[128];
         snprintf(what, sizeof what, "2 replicas for %d steps", T_STEPS / 2);
         same_samples(ref, nref, first, n1, 0, T_STEPS / 2 * T_BATCH, what);
-        snprintf(what, sizeof what, "resumed on %d replica(s)", m);
+        snprintf(what, sizeof what, "resumed on %d replica(s), accumulate %d", m, acc);
         same_samples(ref, nref, second, n2, T_STEPS / 2 * T_BATCH, T_STEPS * T_BATCH, what);
-        print_message("  2 replicas for %d steps, resumed on %d: the %d samples of the uninterrupted run, in its "
-                      "order\n", T_STEPS / 2, m, T_STEPS * T_BATCH);
+        print_message("  2 replicas for %d steps, resumed on %d (accumulate %d): the %d samples of the uninterrupted "
+                      "run, in its order\n", T_STEPS / 2, m, acc, T_STEPS * T_BATCH);
         free(first);
         free(second);
     }
     free(ref);
+}
+
+/* A resume with another train.batch: the data position is a sample count, so the resumed run's
+ * first sample is the one after the checkpoint's last, and the rest follows the uninterrupted
+ * sequence (its sample log positions count the new batch: step 15 of batch 32 starts at 480). */
+static void test_trainer_resume_other_batch(void **state) {
+    (void)state;
+    if (!th_have_fashion_mnist()) skip();
+    mr_train_result r;
+    mr_train_cfg c = small(tdir("b-straight"), 2, 45);
+    train_logged(&c, "b-straight.log", &r);
+    c = small(tdir("b-half"), 2, T_STEPS / 2);
+    train_logged(&c, "b-half.log", &r);
+    char half_ckpt[4096];
+    mr_ckpt_path(tdir("b-half"), T_STEPS / 2, half_ckpt, sizeof half_ckpt);
+    c = small(tdir("b-on2"), 2, T_STEPS);
+    c.batch = 2 * T_BATCH;
+    c.resume = half_ckpt;
+    train_logged(&c, "b-on2.log", &r);
+    assert_int_equal(r.resumed_from, T_STEPS / 2);
+    int64_t nref = 0, n2 = 0;
+    sample *ref = read_log("b-straight.log", 2, "train", &nref), *second = read_log("b-on2.log", 2, "train", &n2);
+    assert_int_equal(nref, 45 * T_BATCH);
+    assert_int_equal(n2, T_STEPS / 2 * 2 * T_BATCH);
+    const int64_t done = T_STEPS / 2 * T_BATCH, logged0 = T_STEPS / 2 * 2 * T_BATCH;
+    for (int64_t k = 0; k < n2; k++) {
+        if (second[k].pos != logged0 + k) fail_msg("batch 32 after 16: position %lld logged twice or skipped", (long long)(logged0 + k));
+        const sample *want = &ref[done + k];
+        assert_int_equal(want->pos, done + k);
+        if (second[k].idx != want->idx || second[k].epoch != want->epoch)
+            fail_msg("batch 32 after 16: sample %lld after the checkpoint is %lld (epoch %lld), the uninterrupted run's %lld "
+                     "(epoch %lld)", (long long)k, second[k].idx, second[k].epoch, want->idx, want->epoch);
+    }
+    print_message("  2 replicas, batch %d for %d steps, resumed with batch %d: the next %lld samples are the "
+                  "uninterrupted run's\n", T_BATCH, T_STEPS / 2, 2 * T_BATCH, (long long)n2);
+    free(ref);
+    free(second);
 }
 
 /* "<directory of this source file>/../fixtures/<name>" (as tests/unit/test_models_parity.c) */
@@ -506,6 +548,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_global_sequence_any_world),
                                        cmocka_unit_test(test_global_state_errors),
                                        cmocka_unit_test(test_trainer_resume_other_world),
+                                       cmocka_unit_test(test_trainer_resume_other_batch),
                                        cmocka_unit_test(test_trainer_resume_old_checkpoint),
                                        cmocka_unit_test(test_eval_every_sample_once),
                                        cmocka_unit_test(test_trainer_augment)};

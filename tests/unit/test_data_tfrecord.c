@@ -340,6 +340,49 @@ static void test_record_shapes(void **state) {
     expect_bad(p, f, 1, 0, MR_ERR_FORMAT, "record 1", "holds 2 byte strings");
 }
 
+/* A plain TFRecord file whose first record is 0x8b1f bytes long starts with 1f 8b, gzip's magic:
+ * its valid length CRC says it is not gzip, and it reads (was: "corrupt gzip data"). */
+static void test_gzip_lookalike(void **state) {
+    (void)state;
+    const char *p = th_tmp_path("lookalike.tfrecord");
+    static uint8_t raw[0x8b1f], buf[0x8b1f + 64];
+    for (size_t k = 0; k < sizeof raw; k++) raw[k] = (uint8_t)(k * 13 + 1);
+    size_t len = 0, L = 0;
+    Tensorflow__Example ex = TENSORFLOW__EXAMPLE__INIT;
+    Tensorflow__Features fs = TENSORFLOW__FEATURES__INIT;
+    Tensorflow__Features__FeatureEntry en = TENSORFLOW__FEATURES__FEATURE_ENTRY__INIT, *ents[1] = {&en};
+    Tensorflow__Feature ft = TENSORFLOW__FEATURE__INIT;
+    Tensorflow__BytesList bl = TENSORFLOW__BYTES_LIST__INIT;
+    ProtobufCBinaryData bd;
+    bl.n_value = 1, bl.value = &bd;
+    ft.kind_case = TENSORFLOW__FEATURE__KIND_BYTES_LIST, ft.bytes_list = &bl;
+    en.key = "image", en.value = &ft;
+    fs.n_feature = 1, fs.feature = ents;
+    ex.features = &fs;
+    for (L = 0x8b1f - 40; L < 0x8b1f && len != 0x8b1f; L++) { /* the value length that packs to 0x8b1f bytes */
+        bd = (ProtobufCBinaryData){L, raw};
+        len = tensorflow__example__get_packed_size(&ex);
+    }
+    assert_int_equal(len, 0x8b1f);
+    L--;
+    tensorflow__example__pack(&ex, buf);
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    MR_ASSERT_OK(mr_tfrecord_write(f, p, buf, len));
+    MR_ASSERT_OK(mr_tfrecord_write(f, p, buf, len));
+    fclose(f);
+    size_t n = 0;
+    unsigned char *b = slurp(p, &n);
+    assert_true(b[0] == 0x1f && b[1] == 0x8b);
+    free(b);
+    mr_tfrecord_feature fe[1] = {{"image", "image", MR_U8, {.ndim = -1}}};
+    mr_dataset *ds = NULL;
+    MR_ASSERT_OK(mr_data_from_tfrecord(p, fe, 1, &ds));
+    assert_int_equal(mr_data_source_size(ds), 2);
+    assert_int_equal(mr_data_element_spec(ds)->comp[0].shape.dim[0], (int64_t)L);
+    mr_data_free(ds);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reads_tensorflow_files),
@@ -347,6 +390,7 @@ int main(void) {
         cmocka_unit_test(test_sharded_set),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_record_shapes),
+        cmocka_unit_test(test_gzip_lookalike),
     };
     return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);
 }
