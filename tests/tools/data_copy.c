@@ -89,7 +89,8 @@ int main(int argc, char **argv) {
     if (mr_data_from_idx(argv[2], argv[3], &ds) != MR_OK) return die(argv[2]);
     const mr_data_spec *sp = mr_data_element_spec(ds);
     int64_t total = mr_data_source_size(ds), n = want > 0 && want < total ? want : total;
-    const mr_shape *is = &sp->comp[0].shape;
+    const mr_shape image_shape = sp->comp[0].shape; /* a copy: the spec goes with ds, freed below */
+    const mr_shape *is = &image_shape;
     const size_t ib = mr_data_spec_bytes(sp, 0);
     unsigned char *img = malloc((size_t)n * ib);
     int32_t *lab = malloc(sizeof(int32_t) * (size_t)n);
