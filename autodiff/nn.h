@@ -77,6 +77,7 @@ typedef struct mr_nn {
     mr_dtype dtype;  /* dtype of parameters in the graph (f32; f64 for gradient checks) */
     mr_dtype compute; /* MR_BF16: linear layers multiply in bf16 (mixed_bfloat16); else as dtype */
     int training;    /* dropout active */
+    mr_device_kind device; /* where the graph will run (MR_DEVICE_CPU when unset): picks the attention path */
     uint64_t dropout_seed, dropout_offset;
     char prefix[96]; /* "h.0." while building block 0 */
     /* Buffer updates recorded by mr_nn_buffer_update while building a training graph: after a

@@ -106,6 +106,7 @@ mr_status mr_steps_register(mr_steps *s, int64_t batch) {
     nn.ps = s->ps;
     nn.dtype = MR_F32;
     nn.compute = s->compute;
+    nn.device = s->kind;
     nn.training = 1;
     MR_TRY(s->build(s->ctx, &nn, batch, &io));
     MR_TRY(mr_graph_status(nn.g));
@@ -196,6 +197,7 @@ static mr_status compile(mr_steps *s, int64_t batch, int train, mr_step **out) {
     nn.ps = s->ps;
     nn.dtype = MR_F32;
     nn.compute = s->compute;
+    nn.device = s->kind;
     nn.training = train;
     nn.sync = s->sync;
     MR_TRY(s->build(s->ctx, &nn, batch, &step->io));

@@ -257,7 +257,7 @@ static void test_attention_equals_composed(void **state) {
 }
 
 /* ATTENTION nodes in the graph of one attention layer over x (2, 8, C) with `heads` heads. */
-static int attention_nodes(mr_dtype compute, int64_t c, int heads) {
+static int attention_nodes_on(mr_device_kind device, mr_dtype compute, int64_t c, int heads) {
     mr_graph *g = NULL;
     mr_params *ps = NULL;
     MR_ASSERT_OK(mr_graph_new(&g));
@@ -268,6 +268,7 @@ static int attention_nodes(mr_dtype compute, int64_t c, int heads) {
     nn.ps = ps;
     nn.dtype = MR_F32;
     nn.compute = compute;
+    nn.device = device;
     mr_val x = mr_graph_input(g, "x", MR_F32, mr_shape_3d(2, 8, c));
     mr_val y = mr_nn_causal_attention(&nn, "attn", x, heads);
     MR_ASSERT_OK(mr_graph_status(g));
@@ -279,8 +280,14 @@ static int attention_nodes(mr_dtype compute, int64_t c, int heads) {
     return n;
 }
 
+/* the rule for a graph that runs on a GPU */
+static int attention_nodes(mr_dtype compute, int64_t c, int heads) {
+    return attention_nodes_on(MR_DEVICE_CUDA, compute, c, heads);
+}
+
 static void test_gpt_attention_path(void **state) {
     (void)state;
+    assert_int_equal(attention_nodes_on(MR_DEVICE_CPU, MR_BF16, 32, 2), 0); /* the CPU: composed */
     assert_int_equal(attention_nodes(MR_BF16, 32, 2), 1);  /* D = 16 */
     assert_int_equal(attention_nodes(MR_F16, 256, 2), 1);  /* D = 128 */
     assert_int_equal(attention_nodes(MR_BF16, 24, 4), 0);  /* D = 6: not a multiple of 8 */
@@ -317,6 +324,7 @@ static void test_gpt_mixed_trains(void **state) {
     c.on_step_ctx = &first;
     mr_train_result f, h;
     MR_ASSERT_OK(mr_train(&c, &f));
+    setenv("MIRROR_ATTENTION", "fused", 1); /* the CPU takes the composed path unless told */
     const mr_dtype hs[2] = {MR_BF16, MR_F16};
     for (int i = 0; i < 2; i++) {
         c.compute = hs[i];
@@ -327,6 +335,7 @@ static void test_gpt_mixed_trains(void **state) {
         assert_true(fabs(h.last_loss - f.last_loss) < 0.1);
         assert_true(h.last_loss < first - 0.5); /* it learns: below the first step's loss */
     }
+    unsetenv("MIRROR_ATTENTION");
 }
 
 static void test_attention_errors(void **state) {
