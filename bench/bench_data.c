@@ -19,24 +19,8 @@
 #include "data/augment.h"
 #include "data/data.h"
 
-static void die(const char *what) {
-    fprintf(stderr, "bench_data: %s: %s\n", what, mr_last_error());
-    exit(1);
-}
-
+#define BENCH_PROG "bench_data"
 #include "bench_data_util.h"
-
-/* in: "image" u8 (28,28), "label" i32 [] -> out: "image" f32 (28,28), "label" i32 [] */
-static mr_status normalize(void *ctx, const void *const in[], void *const out[], int64_t index, int64_t epoch) {
-    (void)ctx;
-    (void)index;
-    (void)epoch;
-    const unsigned char *x = in[0];
-    float *y = out[0];
-    for (int i = 0; i < 28 * 28; i++) y[i] = (float)x[i] * (1.0f / 255.0f);
-    *(int32_t *)out[1] = *(const int32_t *)in[1];
-    return MR_OK;
-}
 
 int main(int argc, char **argv) {
     const char *dir = "/usr/share/datasets/fashion-mnist";

@@ -20,23 +20,8 @@
 
 #include "data/sources.h"
 
-static void die(const char *what) {
-    fprintf(stderr, "bench_data_sources: %s: %s\n", what, mr_last_error());
-    exit(1);
-}
-
+#define BENCH_PROG "bench_data_sources"
 #include "bench_data_util.h"
-
-static mr_status normalize(void *ctx, const void *const in[], void *const out[], int64_t index, int64_t epoch) {
-    (void)ctx;
-    (void)index;
-    (void)epoch;
-    const unsigned char *x = in[0];
-    float *y = out[0];
-    for (int i = 0; i < 28 * 28; i++) y[i] = (float)x[i] * (1.0f / 255.0f);
-    *(int32_t *)out[1] = *(const int32_t *)in[1];
-    return MR_OK;
-}
 
 /* The source `name` in dir (the trainer's calls: train/train_source.c). */
 static mr_dataset *open_source(const char *dir, const char *name) {
