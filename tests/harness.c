@@ -380,3 +380,30 @@ void th_fashion_mlp(mr_train_cfg *c, int64_t hidden, int64_t steps, int64_t batc
     c->eval_labels = TH_FM "t10k-labels-idx1-ubyte.gz";
     c->quiet = 1;
 }
+
+unsigned char *th_read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc((size_t)len + 1);
+    assert_non_null(b);
+    assert_int_equal(fread(b, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    *n = (size_t)len;
+    return b;
+}
+
+void th_write_file(const char *path, const void *b, size_t n) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, n, f), n);
+    fclose(f);
+}
+
+void th_expect_error(mr_status got, mr_status want, const char *n1, const char *n2) {
+    if (got != want) fail_msg("got %s (%s), expected %s", mr_status_name(got), mr_last_error(), mr_status_name(want));
+    if (n1 && !strstr(mr_last_error(), n1)) fail_msg("message '%s' lacks '%s'", mr_last_error(), n1);
+    if (n2 && !strstr(mr_last_error(), n2)) fail_msg("message '%s' lacks '%s'", mr_last_error(), n2);
+}

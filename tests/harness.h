@@ -43,6 +43,13 @@ int th_tmpdir_teardown(void **state);
 const char *th_tmp_path(const char *name);
 const char *th_tmp_dir(void);
 
+/* The whole file at path (malloc'd, one spare byte; its size in *n) / path written with b[0..n):
+ * either fails the test on any I/O error. */
+unsigned char *th_read_file(const char *path, size_t *n);
+void th_write_file(const char *path, const void *b, size_t n);
+/* Fails the test unless got == want and mr_last_error() contains n1 and n2 (each may be NULL). */
+void th_expect_error(mr_status got, mr_status want, const char *n1, const char *n2);
+
 /* ---- trainer tests ----------------------------------------------------------------------------- */
 
 struct mr_train_cfg;

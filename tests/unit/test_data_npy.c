@@ -30,33 +30,6 @@ static const char *fx(const char *name) {
     return b;
 }
 
-static void expect_err(mr_status got, mr_status want, const char *n1, const char *n2) {
-    if (got != want) fail_msg("got %s (%s), expected %s", mr_status_name(got), mr_last_error(), mr_status_name(want));
-    if (n1 && !strstr(mr_last_error(), n1)) fail_msg("message '%s' lacks '%s'", mr_last_error(), n1);
-    if (n2 && !strstr(mr_last_error(), n2)) fail_msg("message '%s' lacks '%s'", mr_last_error(), n2);
-}
-
-static unsigned char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)len + 1);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return b;
-}
-
-static void spit(const char *path, const void *b, size_t n) {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(b, 1, n, f), n);
-    fclose(f);
-}
-
 /* Element i of a single-array source into buf. */
 static void element(mr_dataset *ds, int64_t i, void *buf) {
     mr_dataset *sk = NULL, *tk = NULL;
@@ -176,7 +149,7 @@ static void test_npz(void **state) {
 static void bad1(const char *path, const char *member, mr_status want, const char *n1, const char *n2) {
     const char *paths[1] = {path}, *members[1] = {member}, *names[1] = {"a"};
     mr_dataset *ds = NULL;
-    expect_err(mr_data_from_npy(paths, member ? members : NULL, names, 1, &ds), want, n1, n2);
+    th_expect_error(mr_data_from_npy(paths, member ? members : NULL, names, 1, &ds), want, n1, n2);
     assert_null(ds);
 }
 
@@ -190,35 +163,35 @@ static void test_errors(void **state) {
     bad1(fx("arrays.npz"), "z", MR_ERR_NOT_FOUND, "no member 'z'", "HINT");
     /* bad magic, truncated data, a 0-d array, a version 4 header */
     size_t n = 0;
-    unsigned char *b = slurp(fx("i2.npy"), &n);
+    unsigned char *b = th_read_file(fx("i2.npy"), &n);
     const char *p = th_tmp_path("bad.npy");
     unsigned char *c = malloc(n);
     memcpy(c, b, n);
     c[1] = 'X';
-    spit(p, c, n);
+    th_write_file(p, c, n);
     bad1(p, NULL, MR_ERR_FORMAT, "offset 0: bad .npy magic", "HINT");
-    spit(p, b, n - 3);
+    th_write_file(p, b, n - 3);
     bad1(p, NULL, MR_ERR_FORMAT, "truncated: the shape needs 30 data bytes from offset 128", "ends at offset 155");
     memcpy(c, b, n);
     c[6] = 4;
-    spit(p, c, n);
+    th_write_file(p, c, n);
     bad1(p, NULL, MR_ERR_UNSUPPORTED, "offset 6: .npy format version 4", NULL);
     memcpy(c, b, n);
     char *sh = strstr((char *)c + 10, "(5, 3)");
     assert_non_null(sh);
     memcpy(sh, "()    ", 6);
-    spit(p, c, n);
+    th_write_file(p, c, n);
     bad1(p, NULL, MR_ERR_FORMAT, "a 0-d array", "HINT");
     free(c);
     free(b);
     /* a zip without its end record; a deflated member with corrupt data */
-    b = slurp(fx("arrays_c.npz"), &n);
-    spit(p, b, n - 30);
+    b = th_read_file(fx("arrays_c.npz"), &n);
+    th_write_file(p, b, n - 30);
     bad1(p, "x", MR_ERR_FORMAT, "no zip end-of-directory record", "HINT");
     c = malloc(n);
     memcpy(c, b, n);
     for (size_t k = 40; k < 90; k++) c[k] ^= 0x5a; /* inside member x's deflate stream */
-    spit(p, c, n);
+    th_write_file(p, c, n);
     const char *paths[1] = {p}, *members[1] = {"x"}, *names[1] = {"a"};
     mr_dataset *ds = NULL;
     mr_status st = mr_data_from_npy(paths, members, names, 1, &ds);
@@ -228,11 +201,11 @@ static void test_errors(void **state) {
     free(b);
     /* a header longer than the file; a member in an unsupported compression (bzip2: method 12);
      * a damaged local header */
-    b = slurp(fx("i2.npy"), &n);
-    spit(p, b, 60);
+    b = th_read_file(fx("i2.npy"), &n);
+    th_write_file(p, b, 60);
     bad1(p, NULL, MR_ERR_FORMAT, "offset 8: .npy header of 118 bytes", "runs past the end of the file");
     free(b);
-    b = slurp(fx("arrays.npz"), &n);
+    b = th_read_file(fx("arrays.npz"), &n);
     c = malloc(n);
     memcpy(c, b, n);
     unsigned char *cd = NULL;
@@ -240,26 +213,26 @@ static void test_errors(void **state) {
         if (!memcmp(c + k, "PK\x01\x02", 4)) cd = c + k; /* the first central directory entry: member x */
     assert_non_null(cd);
     cd[10] = 12;
-    spit(p, c, n);
+    th_write_file(p, c, n);
     bad1(p, "x", MR_ERR_UNSUPPORTED, "compression method 12", "HINT");
     memcpy(c, b, n);
     c[0] = 'Q'; /* member x's local header is the first thing in the archive */
-    spit(p, c, n);
+    th_write_file(p, c, n);
     bad1(p, "x", MR_ERR_FORMAT, "offset 0: bad zip local header of member x", NULL);
     free(c);
     free(b);
     /* first dims that differ: i2 has 5 elements, a 4-element copy of v2 */
-    b = slurp(fx("f4.npy"), &n);
+    b = th_read_file(fx("f4.npy"), &n);
     char *s4 = strstr((char *)b + 10, "(5, 2, 2)");
     assert_non_null(s4);
     s4[1] = '4';
     const char *p4 = th_tmp_path("four.npy");
-    spit(p4, b, n);
+    th_write_file(p4, b, n);
     free(b);
     const char *pp[2] = {fx("i2.npy"), p4}, *nn[2] = {"a", "b"};
-    expect_err(mr_data_from_npy(pp, NULL, nn, 2, &ds), MR_ERR_FORMAT, "four.npy: 4 elements (first dim) but", "has 5");
+    th_expect_error(mr_data_from_npy(pp, NULL, nn, 2, &ds), MR_ERR_FORMAT, "four.npy: 4 elements (first dim) but", "has 5");
     /* bad arguments */
-    expect_err(mr_data_from_npy(pp, NULL, nn, 0, &ds), MR_ERR_INVALID, "1 to 4 arrays", NULL);
+    th_expect_error(mr_data_from_npy(pp, NULL, nn, 0, &ds), MR_ERR_INVALID, "1 to 4 arrays", NULL);
 }
 
 /* ---- hostile headers: sizes and offsets chosen to overflow 64-bit sums or products ---------- */
@@ -300,10 +273,10 @@ static size_t make_zip(unsigned char *z, const unsigned char *npy, size_t n, uin
 }
 
 static void bad_member(const char *p, const unsigned char *z, size_t n, const char *n1) {
-    spit(p, z, n);
+    th_write_file(p, z, n);
     const char *paths[1] = {p}, *members[1] = {"x"}, *names[1] = {"a"};
     mr_dataset *ds = NULL;
-    expect_err(mr_data_from_npy(paths, members, names, 1, &ds), MR_ERR_FORMAT, "hostile.npz", n1);
+    th_expect_error(mr_data_from_npy(paths, members, names, 1, &ds), MR_ERR_FORMAT, "hostile.npz", n1);
     assert_null(ds);
 }
 
@@ -321,16 +294,16 @@ static void test_hostile_headers(void **state) {
     memcpy(npy + 10, h, strlen(h));
     npy[127] = '\n';
     put_le(npy + 8, 118, 2);
-    spit(p, npy, sizeof npy);
+    th_write_file(p, npy, sizeof npy);
     bad1(p, NULL, MR_ERR_FORMAT, "hostile.npy: offset 10: shape too large", NULL);
     /* a good member (i2.npy) in a hand-made zip reads; then the same zip with hostile numbers */
     size_t n = 0;
-    unsigned char *good = slurp(fx("i2.npy"), &n);
+    unsigned char *good = th_read_file(fx("i2.npy"), &n);
     unsigned char *z = malloc(n + 400);
     assert_non_null(z);
     const char *pz = th_tmp_path("hostile.npz");
     size_t zn = make_zip(z, good, n, 0, 0);
-    spit(pz, z, zn);
+    th_write_file(pz, z, zn);
     const char *paths[1] = {pz}, *members[1] = {"x"}, *names[1] = {"a"};
     mr_dataset *ds = NULL;
     MR_ASSERT_OK(mr_data_from_npy(paths, members, names, 1, &ds));
@@ -357,7 +330,7 @@ static void test_hostile_headers(void **state) {
     /* a deflated member whose directory entry claims 2^31 - 1 inflated bytes from ~80 compressed
      * ones: more than deflate's 1032:1 can give, refused before any allocation (was: a 2 GiB
      * malloc, then "corrupt deflate data"; libFuzzer's out-of-memory) */
-    good = slurp(fx("arrays_c.npz"), &n);
+    good = th_read_file(fx("arrays_c.npz"), &n);
     unsigned char *cd = NULL;
     for (size_t k = 0; k + 4 <= n && !cd; k++)
         if (!memcmp(good + k, "PK\x01\x02", 4)) cd = good + k; /* member x's directory entry */
@@ -372,11 +345,11 @@ static void test_as_classes(void **state) {
     mr_dataset *ds = NULL, *cl = NULL;
     const char *pf[2] = {fx("v2.npy"), fx("f4.npy")}, *names[2] = {"image", "label"};
     MR_ASSERT_OK(mr_data_from_npy(pf, NULL, names, 2, &ds));
-    expect_err(mr_data_as_classes(ds, "f.npy", &cl), MR_ERR_UNSUPPORTED, "f.npy: labels of f32", "HINT");
+    th_expect_error(mr_data_as_classes(ds, "f.npy", &cl), MR_ERR_UNSUPPORTED, "f.npy: labels of f32", "HINT");
     mr_data_free(ds);
     const char *pi[2] = {fx("v2.npy"), fx("i2.npy")};
     MR_ASSERT_OK(mr_data_from_npy(pi, NULL, names, 2, &ds));
-    expect_err(mr_data_as_classes(ds, "i.npy", &cl), MR_ERR_FORMAT, "i.npy: labels of 3 values per element", "HINT");
+    th_expect_error(mr_data_as_classes(ds, "i.npy", &cl), MR_ERR_FORMAT, "i.npy: labels of 3 values per element", "HINT");
     mr_data_free(ds);
     /* a label beyond int32 fails when read, naming the element */
     const char *pu[2] = {fx("v2.npy"), fx("u4.npy")};
@@ -386,7 +359,7 @@ static void test_as_classes(void **state) {
     MR_ASSERT_OK(mr_data_iter_new(cl, &it));
     mr_data_elem e;
     int end = 0;
-    expect_err(mr_data_iter_next(it, &e, &end), MR_ERR_FORMAT, "u.npy: element 0: label 4000000000", "int32");
+    th_expect_error(mr_data_iter_next(it, &e, &end), MR_ERR_FORMAT, "u.npy: element 0: label 4000000000", "int32");
     mr_data_iter_free(it);
     mr_data_free(cl);
     mr_data_free(ds);
@@ -394,7 +367,7 @@ static void test_as_classes(void **state) {
     mr_dataset *sk = NULL;
     MR_ASSERT_OK(mr_data_from_npy(pi, NULL, names, 2, &ds));
     MR_ASSERT_OK(mr_data_skip(ds, 1, &sk));
-    expect_err(mr_data_as_classes(sk, "s", &cl), MR_ERR_UNSUPPORTED, "takes a source", NULL);
+    th_expect_error(mr_data_as_classes(sk, "s", &cl), MR_ERR_UNSUPPORTED, "takes a source", NULL);
     mr_data_free(sk);
     mr_data_free(ds);
 }
@@ -404,7 +377,7 @@ static void test_as_classes(void **state) {
 static void test_sets(void **state) {
     (void)state;
     size_t n = 0;
-    unsigned char *b = slurp(fx("v2.npy"), &n); /* header then 15 bytes: rows of 3 */
+    unsigned char *b = th_read_file(fx("v2.npy"), &n); /* header then 15 bytes: rows of 3 */
     const size_t data = n - 15;
     const int rows[4] = {0, 2, 3, 5};
     for (int s = 0; s < 3; s++) {
@@ -416,7 +389,7 @@ static void test_sets(void **state) {
         memcpy(c + data, b + data + rows[s] * 3, (size_t)(rows[s + 1] - rows[s]) * 3);
         char name[32];
         snprintf(name, sizeof name, "part-%d.npy", 2 - s); /* names sort in reverse of s: part-2 holds rows 0-1 */
-        spit(th_tmp_path(name), c, data + (size_t)(rows[s + 1] - rows[s]) * 3);
+        th_write_file(th_tmp_path(name), c, data + (size_t)(rows[s + 1] - rows[s]) * 3);
         free(c);
     }
     free(b);
@@ -484,7 +457,7 @@ static void test_sets(void **state) {
     for (int s = 0; s < 3; s++) mr_data_free(parts[s]);
     /* a glob that matches nothing */
     snprintf(pattern, sizeof pattern, "%s/nothing-*.npy", th_tmp_dir());
-    expect_err(mr_data_expand_paths(pattern, &paths, &np), MR_ERR_NOT_FOUND, "nothing-*.npy: no file matches", "HINT");
+    th_expect_error(mr_data_expand_paths(pattern, &paths, &np), MR_ERR_NOT_FOUND, "nothing-*.npy: no file matches", "HINT");
 }
 
 int main(void) {

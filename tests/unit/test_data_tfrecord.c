@@ -34,33 +34,6 @@ static const char *fx(const char *name) {
     return b;
 }
 
-static unsigned char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)len + 1);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return b;
-}
-
-static void spit(const char *path, const void *b, size_t n) {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(b, 1, n, f), n);
-    fclose(f);
-}
-
-static void expect_err(mr_status got, mr_status want, const char *n1, const char *n2) {
-    if (got != want) fail_msg("got %s (%s), expected %s", mr_status_name(got), mr_last_error(), mr_status_name(want));
-    if (n1 && !strstr(mr_last_error(), n1)) fail_msg("message '%s' lacks '%s'", mr_last_error(), n1);
-    if (n2 && !strstr(mr_last_error(), n2)) fail_msg("message '%s' lacks '%s'", mr_last_error(), n2);
-}
-
 /* The features gen_tfrecord.py wrote: image (u8 [12] or [3, 4]), label (i64 or i32), weights (f32 [3]). */
 static void features(mr_tfrecord_feature f[3], mr_dtype label_dt) {
     f[0] = (mr_tfrecord_feature){"image/encoded_raw", "image", MR_U8, mr_shape_2d(3, 4)};
@@ -152,7 +125,7 @@ static void test_random_access(void **state) {
 static void test_sharded_set(void **state) {
     (void)state;
     size_t n = 0;
-    unsigned char *b = slurp(fx("examples.tfrecord"), &n);
+    unsigned char *b = th_read_file(fx("examples.tfrecord"), &n);
     /* split at record boundaries: records are 12 + len + 4 bytes */
     size_t at = 0, cut[NREC + 1];
     for (int r = 0; r < NREC; r++) {
@@ -167,7 +140,7 @@ static void test_sharded_set(void **state) {
     char path[256];
     for (int s = 0; s < 3; s++) {
         snprintf(path, sizeof path, "%s/set-%d.tfrecord", th_tmp_dir(), s);
-        spit(path, b + cut[bounds[s]], cut[bounds[s + 1]] - cut[bounds[s]]);
+        th_write_file(path, b + cut[bounds[s]], cut[bounds[s + 1]] - cut[bounds[s]]);
     }
     char pattern[256], **paths = NULL;
     int np = 0;
@@ -205,7 +178,7 @@ static void expect_bad(const char *path, const mr_tfrecord_feature *f, int nf, i
     mr_dataset *ds = NULL;
     mr_status st = mr_data_from_tfrecord(path, f, nf, &ds);
     if (at_open) {
-        expect_err(st, want, n1, n2);
+        th_expect_error(st, want, n1, n2);
         assert_null(ds);
         return;
     }
@@ -219,7 +192,7 @@ static void expect_bad(const char *path, const mr_tfrecord_feature *f, int nf, i
         got = mr_data_iter_next(it, &e, &end);
         if (end) break;
     }
-    expect_err(got, want, n1, n2);
+    th_expect_error(got, want, n1, n2);
     mr_data_iter_free(it);
     mr_data_free(ds);
 }
@@ -227,7 +200,7 @@ static void expect_bad(const char *path, const mr_tfrecord_feature *f, int nf, i
 static void test_errors(void **state) {
     (void)state;
     size_t n = 0;
-    unsigned char *b = slurp(fx("examples.tfrecord"), &n);
+    unsigned char *b = th_read_file(fx("examples.tfrecord"), &n);
     mr_tfrecord_feature f[3];
     features(f, MR_I64);
     const char *p = th_tmp_path("bad.tfrecord");
@@ -241,26 +214,26 @@ static void test_errors(void **state) {
     unsigned char *c = malloc(n);
     memcpy(c, b, n);
     c[rec1 + 12 + 3] ^= 0x40;
-    spit(p, c, n);
+    th_write_file(p, c, n);
     expect_bad(p, f, 3, 0, MR_ERR_FORMAT, at1, "data CRC mismatch");
     /* a flipped length byte: the length CRC fails while indexing */
     memcpy(c, b, n);
     c[rec1] ^= 0x01;
-    spit(p, c, n);
+    th_write_file(p, c, n);
     expect_bad(p, f, 3, 1, MR_ERR_FORMAT, at1, "length CRC mismatch");
     /* truncated in record 1's data, and in its header */
-    spit(p, b, rec1 + 20);
+    th_write_file(p, b, rec1 + 20);
     expect_bad(p, f, 3, 1, MR_ERR_FORMAT, "record 1 at byte", "cut short");
-    spit(p, b, rec1 + 5);
+    th_write_file(p, b, rec1 + 5);
     expect_bad(p, f, 3, 1, MR_ERR_FORMAT, "record 1 at byte", "12-byte header");
     /* a truncated GZIP stream */
     size_t gn = 0;
-    unsigned char *g = slurp(fx("examples.tfrecord.gz"), &gn);
-    spit(p, g, gn / 2);
+    unsigned char *g = th_read_file(fx("examples.tfrecord.gz"), &gn);
+    th_write_file(p, g, gn / 2);
     expect_bad(p, f, 3, 1, MR_ERR_FORMAT, p, "gzip");
     free(g);
     /* an empty file */
-    spit(p, b, 0);
+    th_write_file(p, b, 0);
     expect_bad(p, f, 3, 1, MR_ERR_FORMAT, p, "no records");
     free(c);
 
@@ -289,7 +262,7 @@ static void test_errors(void **state) {
     {
         uint8_t rec[64], data[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
         size_t fn = mr_tfrecord_frame(data, sizeof data, rec, sizeof rec);
-        spit(p, rec, fn);
+        th_write_file(p, rec, fn);
         expect_bad(p, f, 3, 1, MR_ERR_FORMAT, "record 0 at byte 0", "not a tf.train.Example");
     }
     /* a missing file, bad arguments */
@@ -372,7 +345,7 @@ static void test_gzip_lookalike(void **state) {
     MR_ASSERT_OK(mr_tfrecord_write(f, p, buf, len));
     fclose(f);
     size_t n = 0;
-    unsigned char *b = slurp(p, &n);
+    unsigned char *b = th_read_file(p, &n);
     assert_true(b[0] == 0x1f && b[1] == 0x8b);
     free(b);
     mr_tfrecord_feature fe[1] = {{"image", "image", MR_U8, {.ndim = -1}}};
