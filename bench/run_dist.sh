@@ -42,9 +42,20 @@ YAML
 measure() { # $1: label, $2: no-allreduce 0|1, $3: bucket MB
     local sps=() comm=() hid=()
     for r in $(seq 1 "$runs"); do
-        MIRROR_BENCH_NO_ALLREDUCE=$2 mpirun -np 2 -x MIRROR_BENCH_NO_ALLREDUCE -x OMP_NUM_THREADS build/mirror train \
-            "$tmp/mlp.yaml" --set "checkpoint.dir=$tmp/run" --set "distribute.bucket_mb=$3" >/dev/null 2>&1
-        line=$(tail -1 "$tmp/run/metrics.jsonl")
+        # a fresh run directory each time: resume: never refuses one that holds a checkpoint, and a
+        # failed run must not leave the previous run's metrics to be read as its own
+        local dir="$tmp/run-$1-$3-$r" log="$tmp/log-$1-$3-$r"
+        if ! MIRROR_BENCH_NO_ALLREDUCE=$2 mpirun -np 2 -x MIRROR_BENCH_NO_ALLREDUCE -x OMP_NUM_THREADS build/mirror \
+            train "$tmp/mlp.yaml" --set "checkpoint.dir=$dir" --set "distribute.bucket_mb=$3" >"$log" 2>&1; then
+            echo "run_dist.sh: the $1 run (bucket_mb $3, run $r) failed; its output:" >&2
+            tail -20 "$log" >&2
+            exit 1
+        fi
+        line=$(grep "\"step\": $steps," "$dir/metrics.jsonl" | tail -1)
+        if [ -z "$line" ] || ! echo "$line" | grep -q '"samples_per_s"'; then
+            echo "run_dist.sh: no metrics line for step $steps in $dir/metrics.jsonl (the $1 run, bucket_mb $3)" >&2
+            exit 1
+        fi
         sps+=("$(echo "$line" | sed 's/.*"samples_per_s": \([0-9.]*\).*/\1/')")
         comm+=("$(echo "$line" | sed 's/.*"communication_s": \([0-9.]*\).*/\1/')")
         hid+=("$(echo "$line" | sed 's/.*"communication_hidden": \([0-9.]*\).*/\1/')")
