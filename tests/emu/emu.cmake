@@ -132,6 +132,17 @@ if(MIRROR_HAVE_EMU)
     target_link_libraries(mirror_core_emu PUBLIC -fsanitize=address,undefined)
   endif()
 
+  # the command line on the emulator: build/mirror-emu trains on emulated GPUs (MR_EMU_DEVICES of
+  # them) through the same launch/ code as build/mirror, so the GPU trainer's user path (YAML,
+  # distribute.devices, checkpoints, bench/run_gpu_dp.sh) runs in CI
+  add_executable(mirror_emu_cli ${PROJECT_SOURCE_DIR}/launch/main.c ${PROJECT_SOURCE_DIR}/launch/doctor.c
+                 ${PROJECT_SOURCE_DIR}/launch/sweep.c ${PROJECT_SOURCE_DIR}/launch/sweep_store.c)
+  target_link_libraries(mirror_emu_cli PRIVATE mirror_emu)
+  set_target_properties(mirror_emu_cli PROPERTIES OUTPUT_NAME mirror-emu RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR})
+
+  add_test(NAME emu.gpu_dp COMMAND bash ${PROJECT_SOURCE_DIR}/tests/e2e/gpu_dp.sh $<TARGET_FILE:mirror_emu_cli>)
+  set_tests_properties(emu.gpu_dp PROPERTIES LABELS emu TIMEOUT 300)
+
   # the GPU tests against the emulator
   add_library(mirror_test_harness_emu STATIC ${PROJECT_SOURCE_DIR}/tests/harness.c)
   target_link_libraries(mirror_test_harness_emu PUBLIC mirror_emu PkgConfig::CMOCKA)

@@ -5,7 +5,8 @@
 # (ctest -L/-R gpu: op-vs-reference for every op family, the allocator, NCCL, GPU training),
 # then the GPU benchmarks (GEMM against cuBLAS alone; the three workloads and a GPT-2-124M-shaped
 # model in bf16 with tokens/s and MFU; f32 and TF32; the bf16 GPTs with the composed attention
-# instead of the fused op), and prints a short table last.
+# instead of the fused op; data parallelism over the GPUs present through `mirror train`,
+# bench/run_gpu_dp.sh), and prints a short table last.
 # Exit status: 0 when every step passed, 1 otherwise. Sized for under 8 minutes on an H200.
 # Usage: tests/gpu/run.sh [extra cmake args...]
 set -u -o pipefail
@@ -72,8 +73,13 @@ step "models tf32" 90 "$build/bench_models_tf32.txt" "$build/bench/bench_gpu_mod
 # fused op the bf16 run above used (README.md "Attention"): which is faster on this GPU
 step "bf16 composed attn" 90 "$build/bench_models_bf16_composed.txt" \
     env MIRROR_ATTENTION=composed "$build/bench/bench_gpu_models" --bf16 --models gpt,gpt2
+# data parallelism through the trainer (`mirror train`, distribute.devices over every GPU here,
+# NCCL): GPT-2 124M bf16 on 1, 2, 4, 8 GPUs as present; with one GPU only its row (NCCL refuses
+# two ranks on one GPU, and the table says so)
+step "data parallel gpt2" 180 "$build/bench_gpu_dp.txt" "$root/bench/run_gpu_dp.sh" --mirror "$build/mirror" \
+    --model gpt2 --steps 20
 
-for f in bench_gpu_gemm bench_models_bf16 bench_models_f32 bench_models_tf32 bench_models_bf16_composed; do
+for f in bench_gpu_gemm bench_models_bf16 bench_models_f32 bench_models_tf32 bench_models_bf16_composed bench_gpu_dp; do
     echo
     echo "== $f =="
     cat "$build/$f.txt"
