@@ -26,7 +26,15 @@
  *           members "x" and ("x", "y"), each iterated.
  *   tfrecord: the bytes are a TFRecord file (GZIP when they start with 1f 8b): mr_data_from_tfrecord
  *           with features as tests/gen_tfrecord.py writes them (image/encoded_raw u8, label i64 and
- *           i32, weights f32), shapes from record 0, each iterated. */
+ *           i32, weights f32), shapes from record 0, each iterated.
+ *   iterstate: the bytes are a data-iterator state (a checkpoint's /state/data_iter blobs) for a
+ *           fixed pipeline (two array sources interleaved, shuffle, repeat, shard, batch,
+ *           prefetch). Byte 0 picks per-replica (mr_data_iter_restore) or world-independent
+ *           (mr_data_iter_restore_global) state, the replicas (1-3) and the replica; with its bit
+ *           7 set the rest patches a valid saved blob (byte 1: after how many batches, bytes 2-3:
+ *           where) instead of being the blob. Beyond the crash contract: a failed restore leaves
+ *           the iterator at the start (its next batch is a fresh iterator's first), and an
+ *           unpatched blob resumes exactly where the save was. */
 #ifndef MR_TESTS_FUZZ_TARGETS_H
 #define MR_TESTS_FUZZ_TARGETS_H
 
@@ -362,6 +370,125 @@ static int mr_fuzz_tfrecord(const uint8_t *data, size_t size) {
         if (st == MR_OK) mr_fuzz_drain(ds, "tfrecord iteration");
         else if (ds) abort();
     }
+    return 0;
+}
+
+/* ---- iterstate ---------------------------------------------------------------------------- */
+
+/* The fixed pipeline: sources of 37 and 23 i32 elements (values 0.. and 1000..) interleaved
+ * (cycle 2, block 3), shuffle(7, reshuffled each epoch), repeat(3), shard(world, rank) when
+ * world > 1, batch(4, partial last), prefetch(2). *out is NULL on failure (which aborts: the
+ * pipeline is valid). */
+static mr_dataset *mr_fuzz_iter_pipeline(int world, int rank) {
+    static int32_t a[37], b[23];
+    for (int i = 0; i < 37; i++) a[i] = i;
+    for (int i = 0; i < 23; i++) b[i] = 1000 + i;
+    mr_data_spec spec = {0};
+    mr_shape scalar = {0};
+    mr_dataset *src[2] = {NULL, NULL}, *cur = NULL, *next = NULL;
+    mr_fuzz_check(mr_data_spec_add(&spec, "x", MR_I32, &scalar), "spec");
+    const void *da[1] = {a}, *db[1] = {b};
+    mr_fuzz_check(mr_data_from_arrays(&spec, 37, da, &src[0]), "arrays a");
+    mr_fuzz_check(mr_data_from_arrays(&spec, 23, db, &src[1]), "arrays b");
+    mr_fuzz_check(mr_data_interleave(src, 2, 2, 3, &cur), "interleave");
+    mr_data_free(src[0]);
+    mr_data_free(src[1]);
+#define MR_FUZZ_STAGE(call)              \
+    do {                                 \
+        mr_fuzz_check((call), #call);    \
+        mr_data_free(cur);               \
+        cur = next;                      \
+        next = NULL;                     \
+    } while (0)
+    MR_FUZZ_STAGE(mr_data_shuffle(cur, 7, 99, 1, &next));
+    MR_FUZZ_STAGE(mr_data_repeat(cur, 3, &next));
+    if (world > 1) MR_FUZZ_STAGE(mr_data_shard(cur, world, rank, &next));
+    MR_FUZZ_STAGE(mr_data_batch(cur, 4, 0, &next));
+    MR_FUZZ_STAGE(mr_data_prefetch(cur, 2, &next));
+#undef MR_FUZZ_STAGE
+    if (!cur) abort();
+    return cur;
+}
+
+/* The next batch of it into out[4] (count in *n; *n 0 at the end); aborts on an error. */
+static void mr_fuzz_iter_batch(mr_data_iter *it, int32_t out[4], int64_t *n) {
+    mr_data_elem e;
+    int end = 0;
+    mr_fuzz_check(mr_data_iter_next(it, &e, &end), "iterstate next");
+    *n = 0;
+    if (end) return;
+    *n = e.shape[0].dim[0];
+    if (*n < 1 || *n > 4) abort();
+    memcpy(out, e.data[0], (size_t)*n * sizeof(int32_t));
+}
+
+static int mr_fuzz_iterstate(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    const int global = data[0] & 1, world = 1 + (data[0] >> 1) % 3, rank = (data[0] >> 3) % world;
+    const int patch = (data[0] & 0x80) != 0;
+    const uint8_t *blob = data + 1;
+    size_t bytes = size - 1;
+    uint8_t *owned = NULL;
+    int exact = 0;      /* the blob is a save, unpatched: the resumed batches are known */
+    int32_t want[4];    /* then: the batch that followed the save */
+    int64_t want_n = 0;
+    if (patch) {
+        /* a valid blob saved after data[1] % 24 batches of the same pipeline, then the bytes after
+         * data[3] written over it at offset data[2..3] (clamped, grown when past the end) */
+        if (size < 4) return 0;
+        const int k = data[1] % 24;
+        mr_dataset *ds = mr_fuzz_iter_pipeline(world, rank);
+        mr_data_iter *it = NULL;
+        mr_fuzz_check(mr_data_iter_new(ds, &it), "iterstate save iter");
+        int32_t tmp[4];
+        int64_t n = 0;
+        for (int j = 0; j < k; j++) mr_fuzz_iter_batch(it, tmp, &n);
+        void *saved = NULL;
+        size_t sb = 0;
+        mr_fuzz_check(global ? mr_data_iter_save_global(it, &saved, &sb) : mr_data_iter_save(it, &saved, &sb), "save");
+        mr_fuzz_iter_batch(it, want, &want_n);
+        mr_data_iter_free(it);
+        mr_data_free(ds);
+        const size_t off = ((size_t)data[2] | (size_t)data[3] << 8) % (sb + 1), plen = size - 4;
+        bytes = off + plen > sb ? off + plen : sb;
+        owned = calloc(bytes ? bytes : 1, 1);
+        if (!owned) abort();
+        memcpy(owned, saved, sb);
+        if (plen) memcpy(owned + off, data + 4, plen);
+        exact = plen == 0 || memcmp(owned, saved, sb) == 0;
+        exact = exact && bytes == sb;
+        free(saved);
+        blob = owned;
+    }
+    /* a world-independent blob restores into any world (byte 0's bits 5-6 pick it), as the same
+     * replica when the world is the same, else as its last one */
+    const int rworld = global ? 1 + (data[0] >> 5) % 3 : world;
+    const int rrank = rank < rworld ? rank : rworld - 1;
+    if (rworld != world) exact = 0; /* another world: another stream, its own next batch */
+    mr_dataset *ds = mr_fuzz_iter_pipeline(rworld, rrank);
+    mr_data_iter *it = NULL, *fresh = NULL;
+    mr_fuzz_check(mr_data_iter_new(ds, &it), "iterstate iter");
+    mr_fuzz_check(mr_data_iter_new(ds, &fresh), "iterstate fresh iter");
+    mr_status st = global ? mr_data_iter_restore_global(it, blob, bytes) : mr_data_iter_restore(it, blob, bytes);
+    mr_fuzz_check(st, global ? "mr_data_iter_restore_global" : "mr_data_iter_restore");
+    int32_t got[4], first[4];
+    int64_t n = 0, fn = 0;
+    if (st != MR_OK) {
+        /* the contract: the iterator is back at the start */
+        if (exact) abort(); /* a valid save was refused */
+        if (mr_data_iter_position(it) != 0) abort();
+        mr_fuzz_iter_batch(it, got, &n);
+        mr_fuzz_iter_batch(fresh, first, &fn);
+        if (n != fn || memcmp(got, first, (size_t)n * sizeof(int32_t)) != 0) abort();
+    } else {
+        mr_fuzz_iter_batch(it, got, &n);
+        if (exact && (n != want_n || memcmp(got, want, (size_t)n * sizeof(int32_t)) != 0)) abort();
+        for (int j = 0; j < 64 && n > 0; j++) mr_fuzz_iter_batch(it, got, &n); /* and on to the end */
+    }
+    mr_data_iter_free(fresh);
+    mr_data_iter_free(it);
+    mr_data_free(ds);
+    free(owned);
     return 0;
 }
 

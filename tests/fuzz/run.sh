@@ -27,7 +27,7 @@ cd "$root"
 replay=0
 if [ "${1:-}" = "--replay" ]; then replay=1; shift; fi
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(idx tokens text config ckpt hdf5 npy tfrecord)
+[ ${#targets[@]} -gt 0 ] || targets=(idx tokens text config ckpt hdf5 npy tfrecord iterstate)
 seconds="${FUZZ_SECONDS:-60}"
 jobs="${FUZZ_JOBS:-1}"
 out="${FUZZ_BUILD:-$root/build-fuzz}"
@@ -82,7 +82,7 @@ for src in "${lib_sources[@]}"; do
     objs+=("$obj")
 done
 for t in "${targets[@]}"; do
-    [ -f "$here/fuzz_$t.c" ] || { echo "tests/fuzz/run.sh: no target '$t' (idx tokens text config ckpt hdf5 npy tfrecord)"; exit 2; }
+    [ -f "$here/fuzz_$t.c" ] || { echo "tests/fuzz/run.sh: no target '$t' (idx tokens text config ckpt hdf5 npy tfrecord iterstate)"; exit 2; }
     bin="$out/bin/fuzz_$t"
     if [ ! -x "$bin" ] || [ -n "$(find "$here" "${objs[@]}" -newer "$bin" \( -name '*.c' -o -name '*.h' -o -name '*.o' \) | head -1)" ]; then
         "$cc" "${flags[@]}" "$here/fuzz_$t.c" "${objs[@]}" -Wl,--gc-sections $hdf5_libs $yaml_libs $zlib_libs $pbc_libs -lm -lpthread -o "$bin"

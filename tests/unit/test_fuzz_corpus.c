@@ -65,13 +65,14 @@ static void test_ckpt(void **state) { (void)state; replay("ckpt", mr_fuzz_ckpt);
 static void test_hdf5(void **state) { (void)state; replay("hdf5", mr_fuzz_hdf5); }
 static void test_npy(void **state) { (void)state; replay("npy", mr_fuzz_npy); }
 static void test_tfrecord(void **state) { (void)state; replay("tfrecord", mr_fuzz_tfrecord); }
+static void test_iterstate(void **state) { (void)state; replay("iterstate", mr_fuzz_iterstate); }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_idx), cmocka_unit_test(test_tokens), cmocka_unit_test(test_text),
         cmocka_unit_test(test_config),
         cmocka_unit_test(test_ckpt), cmocka_unit_test(test_hdf5), cmocka_unit_test(test_npy),
-        cmocka_unit_test(test_tfrecord),
+        cmocka_unit_test(test_tfrecord), cmocka_unit_test(test_iterstate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
