@@ -142,6 +142,9 @@ if(MIRROR_HAVE_EMU)
 
   add_test(NAME emu.gpu_dp COMMAND bash ${PROJECT_SOURCE_DIR}/tests/e2e/gpu_dp.sh $<TARGET_FILE:mirror_emu_cli>)
   set_tests_properties(emu.gpu_dp PROPERTIES LABELS emu TIMEOUT 300)
+  add_test(NAME emu.gpu_cli COMMAND bash ${PROJECT_SOURCE_DIR}/tests/e2e/gpu_cli.sh $<TARGET_FILE:mirror_emu_cli>
+                                   $<TARGET_FILE:mirror>)
+  set_tests_properties(emu.gpu_cli PROPERTIES LABELS emu TIMEOUT 600 SKIP_RETURN_CODE 77)
 
   # the GPU tests against the emulator
   add_library(mirror_test_harness_emu STATIC ${PROJECT_SOURCE_DIR}/tests/harness.c)
