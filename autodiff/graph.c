@@ -468,7 +468,10 @@ mr_val mr_graph_conv2d(mr_graph *g, mr_val x, mr_val w, mr_val bias, int stride,
     memset(&p, 0, sizeof p);
     p.conv = (mr_conv_params){stride, stride, pad, pad};
     mr_val in[3] = {x, w, bias};
-    return node1(g, MR_OP_CONV2D, in, 3, &p, g->vals[x.id].dtype, sy);
+    /* bf16 inputs accumulate and write f32 (mixed precision, CPU: core/ref/conv_ref.c) */
+    mr_dtype dt = g->vals[x.id].dtype;
+    if (dt == MR_BF16) dt = MR_F32;
+    return node1(g, MR_OP_CONV2D, in, 3, &p, dt, sy);
 }
 
 /* A pool's output shape and params (one window geometry for both dims); 0 with the graph's error

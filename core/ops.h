@@ -96,7 +96,9 @@ typedef enum mr_op_id {
     /* Scatter-add. in: ids (...) i32, dy (..., D); out: dtable (V,D), zeroed then accumulated. */
     MR_OP_EMBEDDING_BWD,
     /* 2-d convolution, NCHW. in: x (N,C,H,W), w (O,C,KH,KW), bias (O) optional;
-     * out: y (N,O,OH,OW), OH = (H + 2*pad_h - KH)/stride_h + 1. */
+     * out: y (N,O,OH,OW), OH = (H + 2*pad_h - KH)/stride_h + 1.
+     * Dtypes (all three conv ops): every float view f32 or every one f64; or mixed precision,
+     * CPU only: the two tensor inputs bf16 and the bias and outputs f32 (f32 accumulation). */
     MR_OP_CONV2D,
     /* in: w, dy; out: dx (N,C,H,W) (shape taken from out[0].shape). */
     MR_OP_CONV2D_BWD_DATA,
