@@ -282,13 +282,12 @@ static void rule_embedding(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
 
 /* CONV2D: dx from CONV2D_BWD_DATA (w, dy); dw and dbias from CONV2D_BWD_FILTER (x, dy), which
  * always produces dw (the op requires it) and dbias only when the bias needs it. Mixed precision
- * (bf16 x and w, f32 y; autodiff/nn.c): dy is cast to bf16 and the gradients come out in f32, the
- * type of the f32 values behind the casts (as for the GEMM, rule_gemm). */
+ * (p.conv.bf16: a bf16 w; autodiff/graph.c) carries over in the params: the kernels round dy to
+ * bf16 as they read it, and the gradients come out in f32, the type of the f32 master weight
+ * behind w's cast (as for the GEMM, rule_gemm). */
 static void rule_conv2d(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
     int32_t x = nd->in[0], w = nd->in[1], bias = nd->in[2];
-    int half = vdtype(c, x) == MR_BF16;
-    if (half && (is_active(c, x) || is_active(c, w) || is_active(c, bias))) dy = mr_graph_cast(c->g, dy, MR_BF16);
-    int dt = half ? (int)MR_F32 : -1;
+    int dt = nd->p.conv.bf16 ? (int)MR_F32 : -1;
     if (is_active(c, x)) {
         mr_val in[2] = {V(w), dy}, dx;
         int want = 1;

@@ -24,10 +24,13 @@
  * that many fixed groups (never by thread), each group summed batch by batch (batches of
  * conv_batch images from the group's start) into its own partial and the partials added in group
  * order, so dw and dbias do not depend on the thread count and need no atomics.
- * Mixed precision (x, w, dy bf16; y, dx, dw, dbias f32; issue 19): the same steps with col and
- * dyb in bf16 (half the bytes moved) and the GEMMs by mr_cpu_gemm_bf16 (gemm_bf16_avx512.c: its
- * vdpbf16ps kernel on CPUs with AVX512_BF16, f32 widening elsewhere); dcol, yb and the partials
- * stay f32. The direct forward widens the bf16 x as it loads it (products exact, sums f32). */
+ * Mixed precision (p.conv.bf16, issue 19: w bf16; x and dy f32 or bf16; y, dx, dw, dbias f32):
+ * the same steps with col and dyb in bf16 (half the bytes moved) and the GEMMs by
+ * mr_cpu_gemm_bf16 (gemm_bf16_amx.c / gemm_bf16_avx512.c: AMX or vdpbf16ps where the CPU has
+ * them, f32 widening elsewhere); dcol, yb and the partials stay f32. An f32 x or dy is rounded to
+ * bf16 (nearest even, mr_f32_to_bf16's bits) by im2col and by the dy copy, which run anyway: the
+ * graph needs no cast pass over the activations (on the CNN those casts cost more than the bf16
+ * GEMMs saved). The direct forward rounds or widens x as it loads it (products exact, sums f32). */
 #include "core/cpu/cpu_impl.h"
 #include "core/math/half_math.h"
 #include "core/ops_impl.h"
@@ -53,8 +56,10 @@ typedef struct conv_dims {
     int64_t n, c, h, w, o, kh, kw, oh, ow, ckk, ohw;
     int sh, sw, ph, pw;
     int avx512; /* stride-1 rows of im2col/col2im by masked AVX-512 loads and stores */
-    int bf16;   /* mixed precision: x, w and dy bf16 (col and dyb too), y, dx, dw, dbias f32 */
-    int64_t es; /* bytes per element of x, w, dy, col, dyb: 2 or 4 */
+    int bf16;     /* p.conv.bf16: w, col and dyb bf16; x and dy rounded to bf16 as read */
+    int64_t es;   /* bytes per element of w, col, dyb: 2 (bf16) or 4 */
+    int64_t xes;  /* bytes per element of x (im2col's and the direct forward's source) */
+    int64_t dyes; /* bytes per element of dy (the backward ops' in[1]) */
 } conv_dims;
 
 /* Geometry from x (N,C,H,W) and w (O,C,KH,KW); 0 when the views cannot describe a convolution
@@ -66,9 +71,11 @@ static int conv_dims_get(const mr_op_args *a, const mr_view *x, const mr_view *w
         return 0;
     const int64_t *xd = x->shape.dim, *wd = w->shape.dim;
     *g = (conv_dims){xd[0], xd[1], xd[2], xd[3], wd[0], wd[2], wd[3], 0, 0, 0, 0,
-                     p->stride_h, p->stride_w, p->pad_h, p->pad_w, 0, 0, 4};
-    g->bf16 = x->dtype == MR_BF16 || w->dtype == MR_BF16;
+                     p->stride_h, p->stride_w, p->pad_h, p->pad_w, 0, 0, 4, 4, 4};
+    g->bf16 = p->bf16 != 0;
     g->es = g->bf16 ? 2 : 4;
+    g->xes = x->dtype == MR_BF16 ? 2 : 4;
+    g->dyes = a->op != MR_OP_CONV2D && a->in[1].dtype == MR_BF16 ? 2 : 4;
     if (g->kh < 1 || g->kw < 1 || g->h + 2 * g->ph < g->kh || g->w + 2 * g->pw < g->kw) return 0;
     g->oh = (g->h + 2 * g->ph - g->kh) / g->sh + 1;
     g->ow = (g->w + 2 * g->pw - g->kw) / g->sw + 1;
@@ -94,10 +101,11 @@ static int64_t conv_batch(const conv_dims *g) {
 }
 
 /* Floats of one thread's slot: col (CKK, B*OHW) and yb or dyb (O, B*OHW); a batch of one image
- * needs no yb or dyb (the GEMM reads dy and writes y in place). */
+ * needs no yb or dyb (the GEMM reads dy and writes y in place) unless dy is rounded to bf16 into
+ * dyb (mixed precision; bf16 col and dyb fill half their share). */
 static size_t conv_slot_floats(const conv_dims *g) {
     int64_t b = conv_batch(g);
-    return (size_t)(b * g->ohw * (g->ckk + (b > 1 ? g->o : 0)));
+    return (size_t)(b * g->ohw * (g->ckk + (b > 1 || g->bf16 ? g->o : 0)));
 }
 
 /* Few taps: the forward runs directly (fwd_direct_rows), without workspace. */
@@ -180,21 +188,40 @@ CONV_AVX512 static void im2col_s1_avx512(const conv_dims *g, const float *restri
         }
 }
 
-/* im2col_s1_avx512 for bf16 x and col: the same masks on 16 halves (256-bit loads and stores). */
-CONV_AVX512 static void im2col_s1_bf16_avx512(const conv_dims *g, const uint16_t *restrict xc, uint16_t *restrict col,
-                                              int64_t ld, int64_t c) {
+/* 16 f32 rounded to bf16 (nearest even, NaN quieted: mr_f32_to_bf16's bits), in the low halves
+ * of 32-bit lanes. */
+CONV_AVX512 static inline __m512i round_bf16_epi32(__m512 v) {
+    __m512i u = _mm512_castps_si512(v), one = _mm512_set1_epi32(1);
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                                     _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+    r = _mm512_srli_epi32(r, 16);
+    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    return _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+}
+
+/* 16 bf16 (lanes of m; 0 elsewhere) from f32 (rounded, xf32) or bf16 (as is). */
+CONV_AVX512 static inline __m256i load_as_bf16(__mmask16 m, const void *p, int xf32) {
+    if (xf32) return _mm512_cvtepi32_epi16(round_bf16_epi32(_mm512_maskz_loadu_ps(m, p)));
+    return _mm256_maskz_loadu_epi16(m, p);
+}
+
+/* im2col_s1_avx512 into a bf16 col from bf16 x or (xf32) f32 x rounded: the same masks on 16
+ * halves (256-bit stores). */
+CONV_AVX512 static void im2col_s1_bf16_avx512(const conv_dims *g, const void *restrict xc, uint16_t *restrict col,
+                                              int64_t ld, int64_t c, int xf32) {
     const int64_t kh = g->kh, kw = g->kw, oh_n = g->oh, ow_n = g->ow, h = g->h, w = g->w, sh = g->sh, ph = g->ph;
     for (int64_t i = 0; i < kh; i++)
         for (int64_t j = 0; j < kw; j++) {
             uint16_t *restrict row = col + ((c * kh + i) * kw + j) * ld;
             int64_t lo, hi;
             valid_cols(g, j, &lo, &hi);
-            const uint16_t *xj = xc - g->pw + j;
+            const char *xj = (const char *)xc + (j - g->pw) * (xf32 ? 4 : 2);
             for (int64_t k = 0; k < ow_n; k += 16) {
                 __mmask16 lm = lane_mask(lo - k, hi - k), sm = lane_mask(0, ow_n - k);
                 for (int64_t oh = 0; oh < oh_n; oh++) {
                     int64_t ih = oh * sh - ph + i;
-                    __m256i v = ih >= 0 && ih < h ? _mm256_maskz_loadu_epi16(lm, xj + ih * w + k) : _mm256_setzero_si256();
+                    __m256i v = ih >= 0 && ih < h ? load_as_bf16(lm, xj + (ih * w + k) * (xf32 ? 4 : 2), xf32)
+                                                  : _mm256_setzero_si256();
                     _mm256_mask_storeu_epi16(row + oh * ow_n + k, sm, v);
                 }
             }
@@ -254,12 +281,13 @@ static void conv_taps_get(const conv_dims *g, conv_taps *tp) {
     }
 }
 
-/* y rows [oh0, oh1) of one image: xn (C,H,W) f32, or bf16 when xbf (widened exactly as loaded:
- * the products stay exact, as vdpbf16ps's), w (O,T) f32, bias (O) or NULL, yn (O,OHW). T == CKK
- * and xbf are constants where the caller inlines them. */
+/* y rows [oh0, oh1) of one image: xn (C,H,W) f32 (xmode 0), bf16 widened exactly as loaded
+ * (xmode 1) or f32 rounded to bf16 as loaded (xmode 2: mixed precision; the products stay exact,
+ * as vdpbf16ps's), w (O,T) f32, bias (O) or NULL, yn (O,OHW). T == CKK and xmode are constants
+ * where the caller inlines them. */
 CONV_AVX512 static inline void fwd_direct_rows(const conv_dims *g, const conv_taps *tp, const void *xn,
                                                const float *w, const float *bias, float *yn, int64_t oh0, int64_t oh1,
-                                               const int64_t T, const int xbf) {
+                                               const int64_t T, const int xmode) {
     const int64_t h = g->h, wd = g->w, ow_n = g->ow, ohw = g->ohw, O = g->o;
     for (int64_t k = 0; k < ow_n; k += 16) {
         __mmask16 m[CONV_DIRECT_TAPS], sm = lane_mask(0, ow_n - k);
@@ -269,9 +297,15 @@ CONV_AVX512 static inline void fwd_direct_rows(const conv_dims *g, const conv_ta
             for (int64_t t = 0; t < T; t++) {
                 int64_t ih = oh * g->sh - g->ph + tp->i[t];
                 int64_t at = tp->off[t] + ih * wd + k;
-                xv[t] = !(ih >= 0 && ih < h) ? _mm512_setzero_ps()
-                        : xbf               ? load_bf16_ps(m[t], (const uint16_t *)xn + at)
-                                            : _mm512_maskz_loadu_ps(m[t], (const float *)xn + at);
+                if (!(ih >= 0 && ih < h))
+                    xv[t] = _mm512_setzero_ps();
+                else if (xmode == 1)
+                    xv[t] = load_bf16_ps(m[t], (const uint16_t *)xn + at);
+                else if (xmode == 2)
+                    xv[t] = _mm512_castsi512_ps(
+                        _mm512_slli_epi32(round_bf16_epi32(_mm512_maskz_loadu_ps(m[t], (const float *)xn + at)), 16));
+                else
+                    xv[t] = _mm512_maskz_loadu_ps(m[t], (const float *)xn + at);
             }
             float *yk = yn + oh * ow_n + k;
             for (int64_t o = 0; o < O; o++) {
@@ -287,11 +321,13 @@ CONV_AVX512 static inline void fwd_direct_rows(const conv_dims *g, const conv_ta
 
 CONV_AVX512 static void fwd_direct_rows_any(const conv_dims *g, const conv_taps *tp, const void *xn, const float *w,
                                             const float *bias, float *yn, int64_t oh0, int64_t oh1) {
-    if (g->bf16) {
+    if (g->xes == 2) {
+        fwd_direct_rows(g, tp, xn, w, bias, yn, oh0, oh1, g->ckk, 1);
+    } else if (g->bf16) {
         if (g->ckk == 9)
-            fwd_direct_rows(g, tp, xn, w, bias, yn, oh0, oh1, 9, 1);
+            fwd_direct_rows(g, tp, xn, w, bias, yn, oh0, oh1, 9, 2);
         else
-            fwd_direct_rows(g, tp, xn, w, bias, yn, oh0, oh1, g->ckk, 1);
+            fwd_direct_rows(g, tp, xn, w, bias, yn, oh0, oh1, g->ckk, 2);
     } else if (g->ckk == 9) {
         fwd_direct_rows(g, tp, xn, w, bias, yn, oh0, oh1, 9, 0);
     } else {
@@ -301,15 +337,27 @@ CONV_AVX512 static void fwd_direct_rows_any(const conv_dims *g, const conv_taps 
 
 #endif
 
+/* d[0, n) (dst_es bytes each) := s[0, n) (src_es bytes each): a copy, or f32 rounded to bf16. */
+static void copy_elems(void *restrict d, int64_t dst_es, const void *restrict s, int64_t src_es, int64_t n) {
+    if (dst_es == src_es) {
+        memcpy(d, s, (size_t)(n * dst_es));
+        return;
+    }
+    const float *restrict f = s;
+    uint16_t *restrict h = d;
+    for (int64_t i = 0; i < n; i++) h[i] = mr_f32_to_bf16(f[i]);
+}
+
 /* The rows of channel c of col (CKK, ld), columns [0, OHW), from one image xn (C,H,W); padding
- * reads as 0. Elements of g->es bytes (f32, or bf16 whose zero is also all-zero bits). */
+ * reads as 0. col's elements have g->es bytes (f32, or bf16 whose zero is also all-zero bits),
+ * x's g->xes (an f32 x into a bf16 col is rounded). */
 static void im2col(const conv_dims *g, const void *restrict xn, void *restrict col, int64_t ld, int64_t c) {
-    const int64_t es = g->es;
-    const char *restrict xc = (const char *)xn + c * g->h * g->w * es;
+    const int64_t es = g->es, xes = g->xes;
+    const char *restrict xc = (const char *)xn + c * g->h * g->w * xes;
 #ifdef CONV_AVX512
     if (g->avx512) {
         if (g->bf16)
-            im2col_s1_bf16_avx512(g, (const uint16_t *)xc, col, ld, c);
+            im2col_s1_bf16_avx512(g, xc, col, ld, c, xes == 4);
         else
             im2col_s1_avx512(g, (const float *)xc, col, ld, c);
         return;
@@ -327,19 +375,19 @@ static void im2col(const conv_dims *g, const void *restrict xn, void *restrict c
                     memset(r, 0, (size_t)(g->ow * es));
                     continue;
                 }
-                const char *restrict xr = xc + ih * g->w * es;
+                const char *restrict xr = xc + ih * g->w * xes;
                 if (g->sw == 1) {
                     /* stride 1: a shifted copy of the row with zeros where it leaves the image
                      * (the per-element bounds test made im2col a fifth of a CNN step) */
                     if (lo > 0) memset(r, 0, (size_t)(lo * es));
-                    if (hi > lo) memcpy(r + lo * es, xr + (lo - g->pw + j) * es, (size_t)((hi - lo) * es));
+                    if (hi > lo) copy_elems(r + lo * es, es, xr + (lo - g->pw + j) * xes, xes, hi - lo);
                     if (hi < g->ow) memset(r + hi * es, 0, (size_t)((g->ow - hi) * es));
                     continue;
                 }
                 for (int64_t ow = 0; ow < g->ow; ow++) {
                     int64_t iw = ow * g->sw - g->pw + j;
                     if (iw >= 0 && iw < g->w)
-                        memcpy(r + ow * es, xr + iw * es, (size_t)es);
+                        copy_elems(r + ow * es, es, xr + iw * xes, xes, 1);
                     else
                         memset(r + ow * es, 0, (size_t)es);
                 }
@@ -388,7 +436,7 @@ static void im2col_batch(const conv_dims *g, const void *xb, int64_t nb, void *c
 #pragma omp parallel for schedule(static) if (par && units > 1)
     for (int64_t u = 0; u < units; u++) {
         int64_t b = u / g->c, c = u % g->c;
-        im2col(g, (const char *)xb + b * g->c * g->h * g->w * g->es, (char *)col + b * g->ohw * g->es, ld, c);
+        im2col(g, (const char *)xb + b * g->c * g->h * g->w * g->xes, (char *)col + b * g->ohw * g->es, ld, c);
     }
 }
 
@@ -425,21 +473,38 @@ static void row_copy(const conv_dims *g, float *restrict d, const float *restric
         memcpy(d, s, (size_t)n * sizeof(float));
 }
 
+#ifdef CONV_AVX512
+/* d[0, n) := s[0, n) rounded to bf16, 16 at a time. */
+CONV_AVX512 static void row_round_avx512(uint16_t *restrict d, const float *restrict s, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = lane_mask(0, n - i);
+        _mm256_mask_storeu_epi16(d + i, m, load_as_bf16(m, s + i, 1));
+    }
+}
+#endif
+
 /* dst (nb,O,OHW) := src (O, nb*OHW) image by image, plus bias (O) if not NULL (f32: the GEMM's
- * output); or the reverse (to_batch: src (nb,O,OHW) into dst (O, nb*OHW), elements of g->es
- * bytes: dy, bf16 in mixed precision). */
+ * output); or the reverse (to_batch: dy src (nb,O,OHW), g->dyes bytes an element, into dyb dst
+ * (O, nb*OHW), g->es bytes an element: an f32 dy is rounded to a bf16 dyb in mixed precision). */
 static void batch_copy(const conv_dims *g, int64_t nb, const void *src, void *dst, const float *bias, int to_batch,
                        int par) {
-    int64_t ld = nb * g->ohw, units = nb * g->o, es = to_batch ? g->es : 4;
+    int64_t ld = nb * g->ohw, units = nb * g->o, ses = to_batch ? g->dyes : 4, des = to_batch ? g->es : 4;
 #pragma omp parallel for schedule(static) if (par && units * g->ohw > CONV_PAR_MIN / 4)
     for (int64_t u = 0; u < units; u++) {
         int64_t b = u / g->o, o = u % g->o;
-        const char *s = (const char *)src + (to_batch ? u * g->ohw : o * ld + b * g->ohw) * es;
-        char *d = (char *)dst + (to_batch ? o * ld + b * g->ohw : u * g->ohw) * es;
-        if (es == 4)
+        const char *s = (const char *)src + (to_batch ? u * g->ohw : o * ld + b * g->ohw) * ses;
+        char *d = (char *)dst + (to_batch ? o * ld + b * g->ohw : u * g->ohw) * des;
+        if (des == 4) {
             row_copy(g, (float *)d, (const float *)s, g->ohw, bias ? bias + o : NULL);
-        else
-            memcpy(d, s, (size_t)(g->ohw * es));
+            continue;
+        }
+#ifdef CONV_AVX512
+        if (g->avx512 && ses == 4) {
+            row_round_avx512((uint16_t *)d, (const float *)s, g->ohw);
+            continue;
+        }
+#endif
+        copy_elems(d, des, s, ses, g->ohw);
     }
 }
 
@@ -507,9 +572,9 @@ static int conv_fwd_batch(const conv_dims *g, const void *x, const void *w, cons
     return 0;
 }
 
-/* Mixed precision is bf16 inputs with f32 outputs (core/ref/conv_ref.c's rule, checked). */
+/* f32, or mixed precision (core/ref/conv_ref.c's rule, checked). */
 static int conv_dtype_ok(const mr_op_args *a) {
-    return a->in[0].dtype == MR_F32 || (a->in[0].dtype == MR_BF16 && a->out[0].dtype == MR_F32);
+    return (a->in[0].dtype == MR_F32 && a->in[1].dtype == MR_F32) || (a->p.conv.bf16 && a->out[0].dtype == MR_F32);
 }
 
 mr_status mr_conv2d_fwd_cpu(const mr_op_args *a) {
@@ -523,7 +588,7 @@ mr_status mr_conv2d_fwd_cpu(const mr_op_args *a) {
     const void *w = a->in[1].data;
     const float *bias = a->in[2].data;
     float *y = a->out[0].data, *ws = a->workspace;
-    int64_t es = g.es;
+    int64_t es = g.xes;
 #ifdef CONV_AVX512
     if (conv_fwd_direct(&g)) {
         const float *wf = w;
@@ -578,8 +643,9 @@ mr_status mr_conv2d_fwd_cpu(const mr_op_args *a) {
 static int conv_bwd_data_batch(const conv_dims *g, const void *w, const void *dy, float *dx, int64_t nb, float *dcol,
                                void *dyb, int par) {
     int64_t cols = nb * g->ohw, units = nb * g->c;
-    if (nb > 1) batch_copy(g, nb, dy, dyb, NULL, 1, par);
-    if (conv_gemm(g, 1, 0, g->ckk, cols, g->o, w, g->ckk, nb > 1 ? dyb : dy, cols, 0.0f, dcol, cols)) return 1;
+    int copy = nb > 1 || g->dyes != g->es; /* one image's dy is the GEMM's operand unless rounded */
+    if (copy) batch_copy(g, nb, dy, dyb, NULL, 1, par);
+    if (conv_gemm(g, 1, 0, g->ckk, cols, g->o, w, g->ckk, copy ? dyb : dy, cols, 0.0f, dcol, cols)) return 1;
 #pragma omp parallel for schedule(static) if (par && units > 1)
     for (int64_t u = 0; u < units; u++) {
         int64_t b = u / g->c, c = u % g->c;
@@ -600,7 +666,7 @@ mr_status mr_conv2d_bwd_data_cpu(const mr_op_args *a) {
     const void *w = a->in[0].data;
     const char *dy = a->in[1].data;
     float *dx = a->out[0].data, *ws = a->workspace;
-    int64_t slot = (int64_t)conv_slot_floats(&g), bsz, batches, es = g.es;
+    int64_t slot = (int64_t)conv_slot_floats(&g), bsz, batches, es = g.dyes;
     int nt;
     conv_share(&g, slots, &bsz, &batches, &nt);
     if (nt < 2) {
@@ -646,24 +712,31 @@ static float dy_sum(const void *d, int64_t n, int bf) {
     return s;
 }
 
-/* Returns conv_gemm's status. x, dy, col and dyb bf16 in mixed precision (part and pbias f32). */
+/* Returns conv_gemm's status. In mixed precision col and dyb are bf16 (x and dy rounded into
+ * them when f32) and the bias sums read the rounded dy: dyb's row o, the batch's images in one
+ * sum (part and pbias stay f32). */
 static int conv_bwd_filter_range(const conv_dims *g, const void *x, const void *dy, int64_t n0, int64_t n1,
                                  float *part, float *pbias, float *col, int par) {
-    int64_t bsz = conv_batch(g), es = g->es;
+    int64_t bsz = conv_batch(g), xes = g->xes, dyes = g->dyes;
     for (int64_t b0 = n0; b0 < n1; b0 += bsz) {
         int64_t nb = n1 - b0 < bsz ? n1 - b0 : bsz, cols = nb * g->ohw;
         float *dyb = col + cols * g->ckk;
-        const char *dyn = (const char *)dy + b0 * g->o * g->ohw * es;
-        im2col_batch(g, (const char *)x + b0 * g->c * g->h * g->w * es, nb, col, par);
-        if (nb > 1) batch_copy(g, nb, dyn, dyb, NULL, 1, par);
-        if (conv_gemm(g, 0, 1, g->ckk, g->o, cols, col, cols, nb > 1 ? (const void *)dyb : dyn, cols,
+        const char *dyn = (const char *)dy + b0 * g->o * g->ohw * dyes;
+        int copy = nb > 1 || dyes != g->es; /* one image's dy is the GEMM's operand unless rounded */
+        im2col_batch(g, (const char *)x + b0 * g->c * g->h * g->w * xes, nb, col, par);
+        if (copy) batch_copy(g, nb, dyn, dyb, NULL, 1, par);
+        if (conv_gemm(g, 0, 1, g->ckk, g->o, cols, col, cols, copy ? (const void *)dyb : dyn, cols,
                       b0 == n0 ? 0.0f : 1.0f, part, g->o))
             return 1;
         if (!pbias) continue;
+        int from_dyb = g->bf16 && copy;
 #pragma omp parallel for schedule(static) if (par && g->o * cols > CONV_PAR_MIN)
         for (int64_t o = 0; o < g->o; o++) {
             float s = b0 == n0 ? 0.0f : pbias[o];
-            for (int64_t b = 0; b < nb; b++) s += dy_sum(dyn + (b * g->o + o) * g->ohw * es, g->ohw, g->bf16);
+            if (from_dyb)
+                s += dy_sum((const uint16_t *)dyb + o * cols, cols, 1);
+            else
+                for (int64_t b = 0; b < nb; b++) s += dy_sum(dyn + (b * g->o + o) * g->ohw * dyes, g->ohw, dyes == 2);
             pbias[o] = s;
         }
     }
@@ -680,7 +753,7 @@ mr_status mr_conv2d_bwd_filter_cpu(const mr_op_args *a) {
     if (slots < 1) return conv_no_workspace(a);
     /* x (N,C,H,W); dy (N,O,OHW); dw (O,CKK); dbias (O) or NULL;
      * workspace: parts (groups, [dw^T (CKK,O), dbias (O)]) then slots x [col (CKK,B*OHW), dyb (O,B*OHW)] */
-    const void *x = a->in[0].data, *dy = a->in[1].data; /* bf16 in mixed precision */
+    const void *x = a->in[0].data, *dy = a->in[1].data; /* f32 or bf16 in mixed precision */
     float *dw = a->out[0].data, *dbias = a->out[1].data;
     float *parts = a->workspace, *slots0 = parts + groups * psz;
     int64_t slot = (int64_t)conv_slot_floats(&g), work = g.o * g.ckk * g.ohw;

@@ -1,7 +1,7 @@
 /* 2-d convolution (NCHW, cross-correlation as in PyTorch): argument checks and the scalar f64
- * reference for the forward, the data gradient and the filter gradient (f64; bf16 inputs with f32
- * outputs through f64 copies). The scratch sizes of the CPU kernels (mr_conv2d_*_workspace) live
- * with them in core/cpu/conv_cpu.c. */
+ * reference for the forward, the data gradient and the filter gradient (f64; mixed precision,
+ * p.conv.bf16, through f64 copies). The scratch sizes of the CPU kernels
+ * (mr_conv2d_*_workspace) live with them in core/cpu/conv_cpu.c. */
 #include "core/ops_impl.h"
 #include "core/math/half_math.h"
 
@@ -49,30 +49,35 @@ static mr_status conv_bias_check(const mr_op_args *a, const mr_view *b, const ch
     return mr_op_check_shape(a, b, role, &s);
 }
 
-/* The dtype rule: every float view f32, or every one f64; or mixed precision (bf16 in the CPU
- * kernels, core/cpu/conv_cpu.c): the two tensor inputs bf16 (x and w, w and dy, x and dy), the
- * outputs and the bias f32 (the f32 master bias; results accumulate and are written in f32, as
- * the GEMM's {bf16,bf16,f32}, core/ref/gemm_ref.c). *mixed says which. */
+/* The dtype rule: every float view f32, or every one f64; or with p.conv.bf16 (mixed precision,
+ * core/cpu/conv_cpu.c) the weight (in[1] of the forward, in[0] of the data gradient) bf16, the
+ * other tensor inputs (x, dy) f32 or bf16, the bias and the outputs f32. *mixed says which. */
 static mr_status conv_dtypes(const mr_op_args *a, int *mixed) {
-    *mixed = 0;
-    if (a->in[0].dtype == MR_BF16 || a->in[1].dtype == MR_BF16) {
-        for (int i = 0; i < 2; i++)
-            if (a->in[i].dtype != MR_BF16)
-                return mr_op_error(a, "in[0] is %s and in[1] %s; mixed precision takes both bf16 (with f32 outputs)",
-                                   mr_dtype_name(a->in[0].dtype), mr_dtype_name(a->in[1].dtype));
-        for (int k = 0; k < 2; k++) {
-            const mr_view *v = k ? a->out : a->in;
-            for (int i = k ? 0 : 2; i < (k ? a->n_out : a->n_in); i++)
-                if (v[i].data && v[i].dtype != MR_F32)
-                    return mr_op_error(a, "%s[%d] is %s; with bf16 inputs the bias and the outputs are f32",
-                                       k ? "out" : "in", i, mr_dtype_name(v[i].dtype));
-        }
-        *mixed = 1;
-        return MR_OK;
+    *mixed = a->p.conv.bf16 != 0;
+    if (!*mixed) {
+        mr_dtype dt;
+        mr_status st = mr_op_check_float(a, 0, &dt);
+        if (st == MR_OK) st = mr_op_check_all_float(a, dt);
+        if (st != MR_OK && (a->in[0].dtype == MR_BF16 || a->in[1].dtype == MR_BF16))
+            return mr_op_error(a, "in[0] is %s and in[1] %s; HINT: bf16 inputs need p.conv.bf16 (mixed precision)",
+                               mr_dtype_name(a->in[0].dtype), mr_dtype_name(a->in[1].dtype));
+        return st;
     }
-    mr_dtype dt;
-    mr_status st = mr_op_check_float(a, 0, &dt);
-    return st != MR_OK ? st : mr_op_check_all_float(a, dt);
+    int wslot = a->op == MR_OP_CONV2D ? 1 : a->op == MR_OP_CONV2D_BWD_DATA ? 0 : -1;
+    for (int i = 0; i < 2; i++) {
+        mr_dtype t = a->in[i].dtype;
+        if (i == wslot ? t != MR_BF16 : (t != MR_F32 && t != MR_BF16))
+            return mr_op_error(a, "in[%d] is %s; with p.conv.bf16 the weight is bf16 and x and dy f32 or bf16", i,
+                               mr_dtype_name(t));
+    }
+    for (int k = 0; k < 2; k++) {
+        const mr_view *v = k ? a->out : a->in;
+        for (int i = k ? 0 : 2; i < (k ? a->n_out : a->n_in); i++)
+            if (v[i].data && v[i].dtype != MR_F32)
+                return mr_op_error(a, "%s[%d] is %s; with p.conv.bf16 the bias and the outputs are f32", k ? "out" : "in",
+                                   i, mr_dtype_name(v[i].dtype));
+    }
+    return MR_OK;
 }
 
 mr_status mr_conv2d_fwd_check(const mr_op_args *a) {
@@ -106,10 +111,12 @@ mr_status mr_conv2d_bwd_filter_check(const mr_op_args *a) {
     return conv_bias_check(a, &a->out[1], "out[1] (dbias)", g.o);
 }
 
-/* Mixed precision (bf16 inputs, f32 outputs) through the f64 reference `ref`: every float view
- * copied to f64 (bf16 widens exactly), the reference run, the outputs rounded once to f32. */
+/* Mixed precision (p.conv.bf16) through the f64 reference `ref`: every float view copied to f64,
+ * the tensor inputs (in[0], in[1]) rounded to bf16 first (bf16 widens exactly; the bias is kept),
+ * the reference run, the outputs rounded once to f32. */
 static mr_status conv_ref_mixed(const mr_op_args *a, mr_status (*ref)(const mr_op_args *)) {
     mr_op_args d = *a;
+    d.p.conv.bf16 = 0; /* the f64 reference on the rounded copies */
     double *buf[2][MR_OP_MAX_IO] = {{0}};
     mr_status st = MR_OK;
     for (int k = 0; k < 2 && st == MR_OK; k++) {
@@ -124,6 +131,7 @@ static mr_status conv_ref_mixed(const mr_op_args *a, mr_status (*ref)(const mr_o
             }
             for (int64_t j = 0; j < n && !k; j++)
                 buf[k][i][j] = v[i].dtype == MR_BF16 ? mr_bf16_to_f32(((const uint16_t *)v[i].data)[j])
+                               : i < 2               ? mr_bf16_to_f32(mr_f32_to_bf16(((const float *)v[i].data)[j]))
                                                      : ((const float *)v[i].data)[j];
             dv[i].data = buf[k][i];
             dv[i].dtype = MR_F64;
@@ -138,7 +146,7 @@ static mr_status conv_ref_mixed(const mr_op_args *a, mr_status (*ref)(const mr_o
     return st;
 }
 
-static int conv_is_mixed(const mr_op_args *a) { return a->in[0].dtype == MR_BF16 && a->in[1].dtype == MR_BF16; }
+static int conv_is_mixed(const mr_op_args *a) { return a->p.conv.bf16 != 0; }
 
 /* Visits every (input, weight, output) triple of the convolution: the one loop nest all three
  * references share, so they differentiate exactly the same function. MODE 0: y += x*w;
@@ -168,7 +176,7 @@ static void conv_ref_loop(const conv_geom *g, int mode, double *x, double *w, do
 
 mr_status mr_conv2d_fwd_ref(const mr_op_args *a) {
     if (conv_is_mixed(a)) return conv_ref_mixed(a, mr_conv2d_fwd_ref);
-    if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64 (or bf16 inputs with f32 outputs)");
+    if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64 (or p.conv.bf16: mixed precision)");
     conv_geom g;
     mr_status st = conv_geom_get(a, &a->in[0], "in[0] (x)", &a->in[1], "in[1] (w)", &a->out[0], "out[0] (y)", &g);
     if (st != MR_OK) return st;
@@ -183,7 +191,7 @@ mr_status mr_conv2d_fwd_ref(const mr_op_args *a) {
 
 mr_status mr_conv2d_bwd_data_ref(const mr_op_args *a) {
     if (conv_is_mixed(a)) return conv_ref_mixed(a, mr_conv2d_bwd_data_ref);
-    if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64 (or bf16 inputs with f32 outputs)");
+    if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64 (or p.conv.bf16: mixed precision)");
     conv_geom g;
     mr_status st = conv_geom_get(a, &a->out[0], "out[0] (dx)", &a->in[0], "in[0] (w)", &a->in[1], "in[1] (dy)", &g);
     if (st != MR_OK) return st;
@@ -195,7 +203,7 @@ mr_status mr_conv2d_bwd_data_ref(const mr_op_args *a) {
 
 mr_status mr_conv2d_bwd_filter_ref(const mr_op_args *a) {
     if (conv_is_mixed(a)) return conv_ref_mixed(a, mr_conv2d_bwd_filter_ref);
-    if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64 (or bf16 inputs with f32 outputs)");
+    if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64 (or p.conv.bf16: mixed precision)");
     conv_geom g;
     mr_status st = conv_geom_get(a, &a->in[0], "in[0] (x)", &a->out[0], "out[0] (dw)", &a->in[1], "in[1] (dy)", &g);
     if (st != MR_OK) return st;
