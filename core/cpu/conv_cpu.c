@@ -12,8 +12,9 @@
  * geometry alone: a few hundred columns, with col small enough to stay in L2 (2 and 4 images of
  * the CNN's second layer measured alike, 8 and 16 slower). yb and dyb live next to col in the
  * workspace (the GEMM needs one row stride; y and dy hold each image's (O, OHW) block apart).
- * On AVX-512 CPUs stride-1 im2col/col2im rows are masked vector loads and stores, and a forward
- * with few taps (CKK <= CONV_DIRECT_TAPS, the first layer's 9) runs directly, without GEMM.
+ * On AVX-512 CPUs stride-1 im2col/col2im rows are masked vector loads and stores, and the forward
+ * and the filter gradient with few taps (CKK <= CONV_DIRECT_TAPS, the first layer's 9) run
+ * directly, without GEMM (fwd_direct_rows, filter_direct).
  * Threads: with at least two batches, batches are spread over threads and each GEMM runs
  * single-threaded inside the parallel region (mr_cpu_sgemm's rule); otherwise (batch 1 inference)
  * the batches run one by one and the GEMM itself is threaded. Every output element is one GEMM
@@ -108,7 +109,8 @@ static size_t conv_slot_floats(const conv_dims *g) {
     return (size_t)(b * g->ohw * (g->ckk + (b > 1 || g->bf16 ? g->o : 0)));
 }
 
-/* Few taps: the forward runs directly (fwd_direct_rows), without workspace. */
+/* Few taps: the forward (fwd_direct_rows, without workspace) and the filter gradient
+ * (filter_direct) run directly. */
 #define CONV_DIRECT_TAPS 16
 static int conv_fwd_direct(const conv_dims *g) { return g->avx512 && g->ckk <= CONV_DIRECT_TAPS; }
 
@@ -333,6 +335,92 @@ CONV_AVX512 static void fwd_direct_rows_any(const conv_dims *g, const conv_taps 
     } else {
         fwd_direct_rows(g, tp, xn, w, bias, yn, oh0, oh1, g->ckk, 0);
     }
+}
+
+/* 16 values of a tensor input (lanes of m; 0 elsewhere) at element i of p as f32: f32 (mode 0),
+ * bf16 widened (1) or f32 rounded to bf16 (2: mixed precision). */
+CONV_AVX512 static inline __m512 load_mode(__mmask16 m, const void *p, int64_t i, int mode) {
+    if (mode == 1) return load_bf16_ps(m, (const uint16_t *)p + i);
+    __m512 v = _mm512_maskz_loadu_ps(m, (const float *)p + i);
+    return mode == 2 ? _mm512_castsi512_ps(_mm512_slli_epi32(round_bf16_epi32(v), 16)) : v;
+}
+
+/* Few taps (as the direct forward): the filter gradient of images [n0, n1) without im2col or
+ * GEMM. part (CKK, O) := dw^T and pbias (O), if not NULL, := the sums of dy. Two output channels
+ * at a time keep 2*T accumulators of 16 lanes over every (image, row, 16 columns) of the range,
+ * each adding dy times the T shifted input vectors (rows outside the image skipped, columns by
+ * the masks), then each accumulator's lanes are added in _mm512_reduce_add_ps's fixed order: the
+ * sums depend on the range alone, never on threads. The im2col GEMM with M = CKK = 9 (the CNN's
+ * first layer) spent its time writing col and copying dy, and in bf16 on 9-row tiles. */
+/* x points at image n0 (elements of xes bytes); dy at image 0. */
+CONV_AVX512 static inline void filter_direct(const conv_dims *g, const conv_taps *tp, const void *x, int64_t xes,
+                                             const void *dy, int64_t n0, int64_t n1, float *part, float *pbias,
+                                             const int64_t T, const int xmode, const int dymode) {
+    const int64_t O = g->o, ow_n = g->ow, oh_n = g->oh, ohw = g->ohw, h = g->h, wd = g->w, chw = g->c * g->h * g->w;
+    for (int64_t o0 = 0; o0 < O; o0 += 2) {
+        const int two = o0 + 1 < O;
+        __m512 a0[CONV_DIRECT_TAPS], a1[CONV_DIRECT_TAPS], b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
+        for (int64_t t = 0; t < T; t++) a0[t] = a1[t] = _mm512_setzero_ps();
+        for (int64_t n = n0; n < n1; n++) {
+            const char *xn = (const char *)x + (n - n0) * chw * xes;
+            const int64_t d0i = (n * O + o0) * ohw;
+            for (int64_t k = 0; k < ow_n; k += 16) {
+                __mmask16 m[CONV_DIRECT_TAPS], sm = lane_mask(0, ow_n - k);
+                for (int64_t t = 0; t < T; t++) m[t] = lane_mask(tp->lo[t] - k, tp->hi[t] - k);
+                for (int64_t oh = 0; oh < oh_n; oh++) {
+                    int64_t at = d0i + oh * ow_n + k;
+                    __m512 d0 = load_mode(sm, dy, at, dymode);
+                    __m512 d1 = two ? load_mode(sm, dy, at + ohw, dymode) : _mm512_setzero_ps();
+                    b0 = _mm512_add_ps(b0, d0);
+                    b1 = _mm512_add_ps(b1, d1);
+                    for (int64_t t = 0; t < T; t++) {
+                        int64_t ih = oh * g->sh - g->ph + tp->i[t];
+                        if (ih < 0 || ih >= h) continue;
+                        __m512 xv = load_mode(m[t], xn, tp->off[t] + ih * wd + k, xmode);
+                        a0[t] = _mm512_fmadd_ps(d0, xv, a0[t]);
+                        a1[t] = _mm512_fmadd_ps(d1, xv, a1[t]);
+                    }
+                }
+            }
+        }
+        for (int64_t t = 0; t < T; t++) {
+            part[t * O + o0] = _mm512_reduce_add_ps(a0[t]);
+            if (two) part[t * O + o0 + 1] = _mm512_reduce_add_ps(a1[t]);
+        }
+        if (pbias) {
+            pbias[o0] = _mm512_reduce_add_ps(b0);
+            if (two) pbias[o0 + 1] = _mm512_reduce_add_ps(b1);
+        }
+    }
+}
+
+/* filter_direct for images [n0, n1) of x (N,C,H,W) and dy. An f32 x of mixed precision is
+ * rounded to bf16 once into the thread's scratch (`scratch_floats` floats; each x vector is
+ * otherwise rounded again for every pair of output channels, which made the bf16 gradient twice
+ * as slow as the f32 one) when it fits, else as loaded. */
+CONV_AVX512 static void filter_direct_any(const conv_dims *g, const void *x, const void *dy, int64_t n0, int64_t n1,
+                                          float *part, float *pbias, float *scratch, int64_t scratch_floats) {
+    conv_taps tp;
+    conv_taps_get(g, &tp);
+    int64_t chw = g->c * g->h * g->w, xes = g->xes, len = (n1 - n0) * chw;
+    const char *xs = (const char *)x + n0 * chw * xes;
+    int xmode = xes == 2 ? 1 : g->bf16 ? 2 : 0, dymode = g->dyes == 2 ? 1 : g->bf16 ? 2 : 0;
+    if (xmode == 2 && len <= scratch_floats) {
+        const float *xf = (const float *)xs;
+        for (int64_t i = 0; i < len; i += 16) {
+            __mmask16 m = lane_mask(0, len - i);
+            __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(round_bf16_epi32(_mm512_maskz_loadu_ps(m, xf + i)), 16));
+            _mm512_mask_storeu_ps(scratch + i, m, v);
+        }
+        xs = (const char *)scratch;
+        xmode = 0;
+    }
+    if (g->ckk == 9 && xmode == 0 && dymode == 0)
+        filter_direct(g, &tp, xs, xes, dy, n0, n1, part, pbias, 9, 0, 0);
+    else if (g->ckk == 9 && xmode == 0 && dymode == 2)
+        filter_direct(g, &tp, xs, xes, dy, n0, n1, part, pbias, 9, 0, 2);
+    else
+        filter_direct(g, &tp, xs, xes, dy, n0, n1, part, pbias, g->ckk, xmode, dymode);
 }
 
 #endif
@@ -717,6 +805,12 @@ static float dy_sum(const void *d, int64_t n, int bf) {
  * sum (part and pbias stay f32). */
 static int conv_bwd_filter_range(const conv_dims *g, const void *x, const void *dy, int64_t n0, int64_t n1,
                                  float *part, float *pbias, float *col, int par) {
+#ifdef CONV_AVX512
+    if (conv_fwd_direct(g)) {
+        filter_direct_any(g, x, dy, n0, n1, part, pbias, col, (int64_t)conv_slot_floats(g));
+        return 0;
+    }
+#endif
     int64_t bsz = conv_batch(g), xes = g->xes, dyes = g->dyes;
     for (int64_t b0 = n0; b0 < n1; b0 += bsz) {
         int64_t nb = n1 - b0 < bsz ? n1 - b0 : bsz, cols = nb * g->ohw;

@@ -31,7 +31,10 @@ static const conv_case g_cases[] = {
     {1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1},     /* everything 1 */
     {17, 2, 5, 5, 3, 2, 2, 2, 2, 1, 1, 1},    /* 17 images: uneven filter-gradient groups */
     {2, 4, 4, 4, 6, 4, 4, 1, 1, 0, 0, 0},     /* kernel covers the whole input: 1x1 output */
+    {2, 2, 7, 20, 3, 2, 2, 1, 1, 1, 0, 1},    /* 8 taps (direct), odd O, 19 columns: two chunks */
     {3, 5, 16, 20, 7, 3, 3, 1, 1, 1, 1, 1},   /* odd channel counts, K = 45 (an odd pair count) */
+    {48, 1, 28, 28, 1, 1, 1, 1, 1, 0, 0, 1},  /* 1 tap, 1 channel: x of a filter group outgrows the
+                                                 scratch, rounded as loaded */
 };
 
 static int64_t out_size(int64_t in, int64_t k, int s, int p) { return (in + 2 * p - k) / s + 1; }
