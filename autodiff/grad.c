@@ -62,17 +62,23 @@ static mr_val fit(grad_ctx *c, int32_t v, mr_val gv) {
 /* Appends one node of `op` with inputs in[0..n_in) and params p whose outputs have the dtypes and
  * shapes of the values like[0..n_out), leaving out output i when want[i] is 0; outs[i] receives
  * the values (none where left out). */
-static void bwd_node(grad_ctx *c, mr_op_id op, const mr_val *in, int n_in, const mr_op_params *p,
-                     const int32_t *like, const int *want, int n_out, mr_val *outs) {
+static void bwd_node_dt(grad_ctx *c, mr_op_id op, const mr_val *in, int n_in, const mr_op_params *p,
+                        const int32_t *like, const int *want, int n_out, mr_val *outs, int dt) {
     int dts[MR_OP_MAX_IO];
     mr_shape shapes[MR_OP_MAX_IO];
     for (int i = 0; i < n_out; i++) {
-        dts[i] = want[i] ? (int)vdtype(c, like[i]) : -1;
+        dts[i] = want[i] ? (dt >= 0 ? dt : (int)vdtype(c, like[i])) : -1;
         shapes[i] = vshape(c, like[i]);
         outs[i] = MR_VAL_NONE;
     }
     /* a failure is recorded in the graph (sticky) and reported at the end of mr_graph_grad */
     (void)mr_graph_node(c->g, op, in, n_in, p, dts, shapes, n_out, outs);
+}
+
+/* bwd_node_dt with the outputs in the dtypes of like[] (dt = -1). */
+static void bwd_node(grad_ctx *c, mr_op_id op, const mr_val *in, int n_in, const mr_op_params *p,
+                     const int32_t *like, const int *want, int n_out, mr_val *outs) {
+    bwd_node_dt(c, op, in, n_in, p, like, want, n_out, outs, -1);
 }
 
 /* ---- rules: nd is the forward node, dy the gradient of its output 0 ---------------------------- */
@@ -275,13 +281,17 @@ static void rule_embedding(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
 }
 
 /* CONV2D: dx from CONV2D_BWD_DATA (w, dy); dw and dbias from CONV2D_BWD_FILTER (x, dy), which
- * always produces dw (the op requires it) and dbias only when the bias needs it. */
+ * always produces dw (the op requires it) and dbias only when the bias needs it. Mixed precision
+ * (p.conv.bf16: a bf16 w; autodiff/graph.c) carries over in the params: the kernels round dy to
+ * bf16 as they read it, and the gradients come out in f32, the type of the f32 master weight
+ * behind w's cast (as for the GEMM, rule_gemm). */
 static void rule_conv2d(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
     int32_t x = nd->in[0], w = nd->in[1], bias = nd->in[2];
+    int dt = nd->p.conv.bf16 ? (int)MR_F32 : -1;
     if (is_active(c, x)) {
         mr_val in[2] = {V(w), dy}, dx;
         int want = 1;
-        bwd_node(c, MR_OP_CONV2D_BWD_DATA, in, 2, &nd->p, &x, &want, 1, &dx);
+        bwd_node_dt(c, MR_OP_CONV2D_BWD_DATA, in, 2, &nd->p, &x, &want, 1, &dx, dt);
         acc(c, x, dx);
     }
     if (is_active(c, w) || is_active(c, bias)) {
@@ -289,7 +299,7 @@ static void rule_conv2d(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
         /* dbias is shaped like the bias; with no bias its slot is left out and `like` unused */
         int32_t like[2] = {w, bias ? bias : w};
         int want[2] = {1, is_active(c, bias)};
-        bwd_node(c, MR_OP_CONV2D_BWD_FILTER, in, 2, &nd->p, like, want, 2, outs);
+        bwd_node_dt(c, MR_OP_CONV2D_BWD_FILTER, in, 2, &nd->p, like, want, 2, outs, dt);
         acc(c, w, outs[0]);
         acc(c, bias, outs[1]);
     }

@@ -466,9 +466,13 @@ mr_val mr_graph_conv2d(mr_graph *g, mr_val x, mr_val w, mr_val bias, int stride,
                               (sx.dim[3] + 2 * pad - sw.dim[3]) / stride + 1);
     mr_op_params p;
     memset(&p, 0, sizeof p);
-    p.conv = (mr_conv_params){stride, stride, pad, pad};
+    /* a bf16 weight makes it mixed precision (CPU, core/ops.h MR_OP_CONV2D): x (f32 or bf16) is
+     * rounded to bf16 in the kernel, sums and y are f32 */
+    int mixed = g->vals[w.id].dtype == MR_BF16;
+    p.conv = (mr_conv_params){stride, stride, pad, pad, mixed};
     mr_val in[3] = {x, w, bias};
-    return node1(g, MR_OP_CONV2D, in, 3, &p, g->vals[x.id].dtype, sy);
+    mr_dtype dt = mixed ? MR_F32 : g->vals[x.id].dtype;
+    return node1(g, MR_OP_CONV2D, in, 3, &p, dt, sy);
 }
 
 /* A pool's output shape and params (one window geometry for both dims); 0 with the graph's error

@@ -317,7 +317,15 @@ mr_val mr_nn_conv2d(mr_nn *nn, const char *name, mr_val x, int64_t out, int k, i
         snprintf(pn, sizeof pn, "%s.bias", name);
         b = mr_nn_param(nn, pn, mr_shape_1d(out), MR_INIT_FAN_IN, fan_in);
     }
-    return mr_graph_conv2d(nn->g, x, w, b, stride, pad);
+    mr_val wi = w;
+    if (nn->compute == MR_BF16 && nn->dtype == MR_F32 && nn->device == MR_DEVICE_CPU) {
+        /* mixed precision on the CPU: a bf16 copy of the f32 master weight makes the convolution
+         * mixed (mr_graph_conv2d): the kernel rounds x and dy to bf16 as it reads them (no cast
+         * pass over the activations), accumulates and writes f32 (the f32 bias added in f32); dw
+         * flows back through the cast (core/cpu/conv_cpu.c; the CUDA kernel keeps f32 here) */
+        wi = mr_graph_cast(nn->g, w, MR_BF16);
+    }
+    return mr_graph_conv2d(nn->g, x, wi, b, stride, pad);
 }
 
 mr_val mr_nn_layernorm(mr_nn *nn, const char *name, mr_val x) {

@@ -180,7 +180,7 @@ int main(int argc, char **argv) {
     g_peak = peak_fp32(mr_cpu_threads());
     printf("# mirror training-step throughput, %d threads, GEMM: %s, measured fp32 peak %.0f GFLOP/s, %s\n",
            mr_cpu_threads(), mr_cpu_gemm_provider(), g_peak,
-           g_compute == MR_BF16  ? "mixed_bfloat16 (linear layers in bf16)"
+           g_compute == MR_BF16  ? "mixed_bfloat16 (linear layers and CPU convolutions in bf16)"
            : g_compute == MR_F16 ? "mixed_float16 (linear layers in f16, widened to f32 for the GEMM on this CPU)"
                                  : "float32");
     if (config) {

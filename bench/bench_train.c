@@ -227,7 +227,7 @@ int main(int argc, char **argv) {
     printf("# mirror full training step (input pipeline included), %d threads, GEMM: %s, %s, "
            "%d warm-up + %d x %d timed steps\n",
            mr_cpu_threads(), mr_cpu_gemm_provider(),
-           a.compute == MR_BF16 ? "mixed_bfloat16 (linear layers in bf16)" : "float32", a.steps, a.runs, a.steps);
+           a.compute == MR_BF16 ? "mixed_bfloat16 (linear layers and CPU convolutions in bf16)" : "float32", a.steps, a.runs, a.steps);
     fflush(stdout);
 
     bench_result res[3];

@@ -96,7 +96,11 @@ typedef enum mr_op_id {
     /* Scatter-add. in: ids (...) i32, dy (..., D); out: dtable (V,D), zeroed then accumulated. */
     MR_OP_EMBEDDING_BWD,
     /* 2-d convolution, NCHW. in: x (N,C,H,W), w (O,C,KH,KW), bias (O) optional;
-     * out: y (N,O,OH,OW), OH = (H + 2*pad_h - KH)/stride_h + 1. */
+     * out: y (N,O,OH,OW), OH = (H + 2*pad_h - KH)/stride_h + 1.
+     * Dtypes (all three conv ops): every float view f32 or every one f64; or, with p.conv.bf16
+     * (mixed precision, CPU only), w bf16, x and dy f32 or bf16, the bias and outputs f32: x and
+     * dy are rounded to bf16 (nearest even) as they are read, products are exact and sums f32
+     * (rounding in the kernel saves the cast's pass over the activations). */
     MR_OP_CONV2D,
     /* in: w, dy; out: dx (N,C,H,W) (shape taken from out[0].shape). */
     MR_OP_CONV2D_BWD_DATA,
@@ -172,6 +176,7 @@ typedef struct mr_reduce_params {
 
 typedef struct mr_conv_params {
     int stride_h, stride_w, pad_h, pad_w;
+    int bf16; /* mixed precision (CPU): tensor inputs rounded to bf16, f32 accumulation (see MR_OP_CONV2D) */
 } mr_conv_params;
 
 typedef struct mr_pool_params {

@@ -12,8 +12,9 @@
  * geometry alone: a few hundred columns, with col small enough to stay in L2 (2 and 4 images of
  * the CNN's second layer measured alike, 8 and 16 slower). yb and dyb live next to col in the
  * workspace (the GEMM needs one row stride; y and dy hold each image's (O, OHW) block apart).
- * On AVX-512 CPUs stride-1 im2col/col2im rows are masked vector loads and stores, and a forward
- * with few taps (CKK <= CONV_DIRECT_TAPS, the first layer's 9) runs directly, without GEMM.
+ * On AVX-512 CPUs stride-1 im2col/col2im rows are masked vector loads and stores, and the forward
+ * and the filter gradient with few taps (CKK <= CONV_DIRECT_TAPS, the first layer's 9) run
+ * directly, without GEMM (fwd_direct_rows, filter_direct).
  * Threads: with at least two batches, batches are spread over threads and each GEMM runs
  * single-threaded inside the parallel region (mr_cpu_sgemm's rule); otherwise (batch 1 inference)
  * the batches run one by one and the GEMM itself is threaded. Every output element is one GEMM
@@ -23,8 +24,16 @@
  * filter gradient also keeps CONV_FILTER_GROUPS partial dw^T and dbias: the images are cut into
  * that many fixed groups (never by thread), each group summed batch by batch (batches of
  * conv_batch images from the group's start) into its own partial and the partials added in group
- * order, so dw and dbias do not depend on the thread count and need no atomics. */
+ * order, so dw and dbias do not depend on the thread count and need no atomics.
+ * Mixed precision (p.conv.bf16, issue 19: w bf16; x and dy f32 or bf16; y, dx, dw, dbias f32):
+ * the same steps with col and dyb in bf16 (half the bytes moved) and the GEMMs by
+ * mr_cpu_gemm_bf16 (gemm_bf16_amx.c / gemm_bf16_avx512.c: AMX or vdpbf16ps where the CPU has
+ * them, f32 widening elsewhere); dcol, yb and the partials stay f32. An f32 x or dy is rounded to
+ * bf16 (nearest even, mr_f32_to_bf16's bits) by im2col and by the dy copy, which run anyway: the
+ * graph needs no cast pass over the activations (on the CNN those casts cost more than the bf16
+ * GEMMs saved). The direct forward rounds or widens x as it loads it (products exact, sums f32). */
 #include "core/cpu/cpu_impl.h"
+#include "core/math/half_math.h"
 #include "core/ops_impl.h"
 
 #include <string.h>
@@ -48,6 +57,10 @@ typedef struct conv_dims {
     int64_t n, c, h, w, o, kh, kw, oh, ow, ckk, ohw;
     int sh, sw, ph, pw;
     int avx512; /* stride-1 rows of im2col/col2im by masked AVX-512 loads and stores */
+    int bf16;     /* p.conv.bf16: w, col and dyb bf16; x and dy rounded to bf16 as read */
+    int64_t es;   /* bytes per element of w, col, dyb: 2 (bf16) or 4 */
+    int64_t xes;  /* bytes per element of x (im2col's and the direct forward's source) */
+    int64_t dyes; /* bytes per element of dy (the backward ops' in[1]) */
 } conv_dims;
 
 /* Geometry from x (N,C,H,W) and w (O,C,KH,KW); 0 when the views cannot describe a convolution
@@ -59,14 +72,19 @@ static int conv_dims_get(const mr_op_args *a, const mr_view *x, const mr_view *w
         return 0;
     const int64_t *xd = x->shape.dim, *wd = w->shape.dim;
     *g = (conv_dims){xd[0], xd[1], xd[2], xd[3], wd[0], wd[2], wd[3], 0, 0, 0, 0,
-                     p->stride_h, p->stride_w, p->pad_h, p->pad_w, 0};
+                     p->stride_h, p->stride_w, p->pad_h, p->pad_w, 0, 0, 4, 4, 4};
+    g->bf16 = p->bf16 != 0;
+    g->es = g->bf16 ? 2 : 4;
+    g->xes = x->dtype == MR_BF16 ? 2 : 4;
+    g->dyes = a->op != MR_OP_CONV2D && a->in[1].dtype == MR_BF16 ? 2 : 4;
     if (g->kh < 1 || g->kw < 1 || g->h + 2 * g->ph < g->kh || g->w + 2 * g->pw < g->kw) return 0;
     g->oh = (g->h + 2 * g->ph - g->kh) / g->sh + 1;
     g->ow = (g->w + 2 * g->pw - g->kw) / g->sw + 1;
     g->ckk = g->c * g->kh * g->kw;
     g->ohw = g->oh * g->ow;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    g->avx512 = g->sw == 1 && mr_cpu_caps_get()->avx512f;
+    const mr_cpu_caps *caps = mr_cpu_caps_get();
+    g->avx512 = g->sw == 1 && caps->avx512f && caps->avx512bw && caps->avx512vl;
 #endif
     return 1;
 }
@@ -84,19 +102,23 @@ static int64_t conv_batch(const conv_dims *g) {
 }
 
 /* Floats of one thread's slot: col (CKK, B*OHW) and yb or dyb (O, B*OHW); a batch of one image
- * needs no yb or dyb (the GEMM reads dy and writes y in place). */
+ * needs no yb or dyb (the GEMM reads dy and writes y in place) unless dy is rounded to bf16 into
+ * dyb (mixed precision; bf16 col and dyb fill half their share). */
 static size_t conv_slot_floats(const conv_dims *g) {
     int64_t b = conv_batch(g);
-    return (size_t)(b * g->ohw * (g->ckk + (b > 1 ? g->o : 0)));
+    return (size_t)(b * g->ohw * (g->ckk + (b > 1 || g->bf16 ? g->o : 0)));
 }
 
-/* Few taps: the forward runs directly (fwd_direct_rows), without workspace. */
+/* Few taps: the forward (fwd_direct_rows, without workspace) and the filter gradient
+ * (filter_direct) run directly. */
 #define CONV_DIRECT_TAPS 16
 static int conv_fwd_direct(const conv_dims *g) { return g->avx512 && g->ckk <= CONV_DIRECT_TAPS; }
 
 size_t mr_conv2d_fwd_workspace(const mr_op_args *a) {
     conv_dims g;
-    if (mr_op_is_f64(a) || !conv_dims_get(a, &a->in[0], &a->in[1], &g) || conv_fwd_direct(&g)) return 0;
+    if (mr_op_is_f64(a) || !conv_dims_get(a, &a->in[0], &a->in[1], &g)) return 0;
+    /* the direct forward of bf16 inputs reads w widened to f32 (O, CKK) */
+    if (conv_fwd_direct(&g)) return g.bf16 ? (size_t)(g.o * g.ckk) * sizeof(float) : 0;
     return conv_threads() * conv_slot_floats(&g) * sizeof(float);
 }
 
@@ -134,7 +156,7 @@ static void valid_cols(const conv_dims *g, int64_t j, int64_t *lo, int64_t *hi) 
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
-#define CONV_AVX512 __attribute__((target("avx512f")))
+#define CONV_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 /* Lanes [lo, hi) of 16 (clamped). */
 static inline __mmask16 lane_mask(int64_t lo, int64_t hi) {
@@ -166,6 +188,51 @@ CONV_AVX512 static void im2col_s1_avx512(const conv_dims *g, const float *restri
                 }
             }
         }
+}
+
+/* 16 f32 rounded to bf16 (nearest even, NaN quieted: mr_f32_to_bf16's bits), in the low halves
+ * of 32-bit lanes. */
+CONV_AVX512 static inline __m512i round_bf16_epi32(__m512 v) {
+    __m512i u = _mm512_castps_si512(v), one = _mm512_set1_epi32(1);
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                                     _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+    r = _mm512_srli_epi32(r, 16);
+    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    return _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+}
+
+/* 16 bf16 (lanes of m; 0 elsewhere) from f32 (rounded, xf32) or bf16 (as is). */
+CONV_AVX512 static inline __m256i load_as_bf16(__mmask16 m, const void *p, int xf32) {
+    if (xf32) return _mm512_cvtepi32_epi16(round_bf16_epi32(_mm512_maskz_loadu_ps(m, p)));
+    return _mm256_maskz_loadu_epi16(m, p);
+}
+
+/* im2col_s1_avx512 into a bf16 col from bf16 x or (xf32) f32 x rounded: the same masks on 16
+ * halves (256-bit stores). */
+CONV_AVX512 static void im2col_s1_bf16_avx512(const conv_dims *g, const void *restrict xc, uint16_t *restrict col,
+                                              int64_t ld, int64_t c, int xf32) {
+    const int64_t kh = g->kh, kw = g->kw, oh_n = g->oh, ow_n = g->ow, h = g->h, w = g->w, sh = g->sh, ph = g->ph;
+    for (int64_t i = 0; i < kh; i++)
+        for (int64_t j = 0; j < kw; j++) {
+            uint16_t *restrict row = col + ((c * kh + i) * kw + j) * ld;
+            int64_t lo, hi;
+            valid_cols(g, j, &lo, &hi);
+            const char *xj = (const char *)xc + (j - g->pw) * (xf32 ? 4 : 2);
+            for (int64_t k = 0; k < ow_n; k += 16) {
+                __mmask16 lm = lane_mask(lo - k, hi - k), sm = lane_mask(0, ow_n - k);
+                for (int64_t oh = 0; oh < oh_n; oh++) {
+                    int64_t ih = oh * sh - ph + i;
+                    __m256i v = ih >= 0 && ih < h ? load_as_bf16(lm, xj + (ih * w + k) * (xf32 ? 4 : 2), xf32)
+                                                  : _mm256_setzero_si256();
+                    _mm256_mask_storeu_epi16(row + oh * ow_n + k, sm, v);
+                }
+            }
+        }
+}
+
+/* 16 bf16 (lanes of m; 0 elsewhere) widened exactly to f32. */
+CONV_AVX512 static inline __m512 load_bf16_ps(__mmask16 m, const uint16_t *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
 
 /* col2im for stride 1 (columns; any row stride): each row of dc (H, W) is summed in registers from
@@ -216,11 +283,13 @@ static void conv_taps_get(const conv_dims *g, conv_taps *tp) {
     }
 }
 
-/* y rows [oh0, oh1) of one image: xn (C,H,W), w (O,T), bias (O) or NULL, yn (O,OHW). T == CKK,
- * a constant where the caller inlines it. */
-CONV_AVX512 static inline void fwd_direct_rows(const conv_dims *g, const conv_taps *tp, const float *xn,
+/* y rows [oh0, oh1) of one image: xn (C,H,W) f32 (xmode 0), bf16 widened exactly as loaded
+ * (xmode 1) or f32 rounded to bf16 as loaded (xmode 2: mixed precision; the products stay exact,
+ * as vdpbf16ps's), w (O,T) f32, bias (O) or NULL, yn (O,OHW). T == CKK and xmode are constants
+ * where the caller inlines them. */
+CONV_AVX512 static inline void fwd_direct_rows(const conv_dims *g, const conv_taps *tp, const void *xn,
                                                const float *w, const float *bias, float *yn, int64_t oh0, int64_t oh1,
-                                               const int64_t T) {
+                                               const int64_t T, const int xmode) {
     const int64_t h = g->h, wd = g->w, ow_n = g->ow, ohw = g->ohw, O = g->o;
     for (int64_t k = 0; k < ow_n; k += 16) {
         __mmask16 m[CONV_DIRECT_TAPS], sm = lane_mask(0, ow_n - k);
@@ -229,7 +298,16 @@ CONV_AVX512 static inline void fwd_direct_rows(const conv_dims *g, const conv_ta
             __m512 xv[CONV_DIRECT_TAPS];
             for (int64_t t = 0; t < T; t++) {
                 int64_t ih = oh * g->sh - g->ph + tp->i[t];
-                xv[t] = ih >= 0 && ih < h ? _mm512_maskz_loadu_ps(m[t], xn + tp->off[t] + ih * wd + k) : _mm512_setzero_ps();
+                int64_t at = tp->off[t] + ih * wd + k;
+                if (!(ih >= 0 && ih < h))
+                    xv[t] = _mm512_setzero_ps();
+                else if (xmode == 1)
+                    xv[t] = load_bf16_ps(m[t], (const uint16_t *)xn + at);
+                else if (xmode == 2)
+                    xv[t] = _mm512_castsi512_ps(
+                        _mm512_slli_epi32(round_bf16_epi32(_mm512_maskz_loadu_ps(m[t], (const float *)xn + at)), 16));
+                else
+                    xv[t] = _mm512_maskz_loadu_ps(m[t], (const float *)xn + at);
             }
             float *yk = yn + oh * ow_n + k;
             for (int64_t o = 0; o < O; o++) {
@@ -243,50 +321,163 @@ CONV_AVX512 static inline void fwd_direct_rows(const conv_dims *g, const conv_ta
     }
 }
 
-CONV_AVX512 static void fwd_direct_rows_any(const conv_dims *g, const conv_taps *tp, const float *xn, const float *w,
+CONV_AVX512 static void fwd_direct_rows_any(const conv_dims *g, const conv_taps *tp, const void *xn, const float *w,
                                             const float *bias, float *yn, int64_t oh0, int64_t oh1) {
-    if (g->ckk == 9)
-        fwd_direct_rows(g, tp, xn, w, bias, yn, oh0, oh1, 9);
+    if (g->xes == 2) {
+        fwd_direct_rows(g, tp, xn, w, bias, yn, oh0, oh1, g->ckk, 1);
+    } else if (g->bf16) {
+        if (g->ckk == 9)
+            fwd_direct_rows(g, tp, xn, w, bias, yn, oh0, oh1, 9, 2);
+        else
+            fwd_direct_rows(g, tp, xn, w, bias, yn, oh0, oh1, g->ckk, 2);
+    } else if (g->ckk == 9) {
+        fwd_direct_rows(g, tp, xn, w, bias, yn, oh0, oh1, 9, 0);
+    } else {
+        fwd_direct_rows(g, tp, xn, w, bias, yn, oh0, oh1, g->ckk, 0);
+    }
+}
+
+/* 16 values of a tensor input (lanes of m; 0 elsewhere) at element i of p as f32: f32 (mode 0),
+ * bf16 widened (1) or f32 rounded to bf16 (2: mixed precision). */
+CONV_AVX512 static inline __m512 load_mode(__mmask16 m, const void *p, int64_t i, int mode) {
+    if (mode == 1) return load_bf16_ps(m, (const uint16_t *)p + i);
+    __m512 v = _mm512_maskz_loadu_ps(m, (const float *)p + i);
+    return mode == 2 ? _mm512_castsi512_ps(_mm512_slli_epi32(round_bf16_epi32(v), 16)) : v;
+}
+
+/* Few taps (as the direct forward): the filter gradient of images [n0, n1) without im2col or
+ * GEMM. part (CKK, O) := dw^T and pbias (O), if not NULL, := the sums of dy. Two output channels
+ * at a time keep 2*T accumulators of 16 lanes over every (image, row, 16 columns) of the range,
+ * each adding dy times the T shifted input vectors (rows outside the image skipped, columns by
+ * the masks), then each accumulator's lanes are added in _mm512_reduce_add_ps's fixed order: the
+ * sums depend on the range alone, never on threads. The im2col GEMM with M = CKK = 9 (the CNN's
+ * first layer) spent its time writing col and copying dy, and in bf16 on 9-row tiles. */
+/* x points at image n0 (elements of xes bytes); dy at image 0. */
+CONV_AVX512 static inline void filter_direct(const conv_dims *g, const conv_taps *tp, const void *x, int64_t xes,
+                                             const void *dy, int64_t n0, int64_t n1, float *part, float *pbias,
+                                             const int64_t T, const int xmode, const int dymode) {
+    const int64_t O = g->o, ow_n = g->ow, oh_n = g->oh, ohw = g->ohw, h = g->h, wd = g->w, chw = g->c * g->h * g->w;
+    for (int64_t o0 = 0; o0 < O; o0 += 2) {
+        const int two = o0 + 1 < O;
+        __m512 a0[CONV_DIRECT_TAPS], a1[CONV_DIRECT_TAPS], b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
+        for (int64_t t = 0; t < T; t++) a0[t] = a1[t] = _mm512_setzero_ps();
+        for (int64_t n = n0; n < n1; n++) {
+            const char *xn = (const char *)x + (n - n0) * chw * xes;
+            const int64_t d0i = (n * O + o0) * ohw;
+            for (int64_t k = 0; k < ow_n; k += 16) {
+                __mmask16 m[CONV_DIRECT_TAPS], sm = lane_mask(0, ow_n - k);
+                for (int64_t t = 0; t < T; t++) m[t] = lane_mask(tp->lo[t] - k, tp->hi[t] - k);
+                for (int64_t oh = 0; oh < oh_n; oh++) {
+                    int64_t at = d0i + oh * ow_n + k;
+                    __m512 d0 = load_mode(sm, dy, at, dymode);
+                    __m512 d1 = two ? load_mode(sm, dy, at + ohw, dymode) : _mm512_setzero_ps();
+                    b0 = _mm512_add_ps(b0, d0);
+                    b1 = _mm512_add_ps(b1, d1);
+                    for (int64_t t = 0; t < T; t++) {
+                        int64_t ih = oh * g->sh - g->ph + tp->i[t];
+                        if (ih < 0 || ih >= h) continue;
+                        __m512 xv = load_mode(m[t], xn, tp->off[t] + ih * wd + k, xmode);
+                        a0[t] = _mm512_fmadd_ps(d0, xv, a0[t]);
+                        a1[t] = _mm512_fmadd_ps(d1, xv, a1[t]);
+                    }
+                }
+            }
+        }
+        for (int64_t t = 0; t < T; t++) {
+            part[t * O + o0] = _mm512_reduce_add_ps(a0[t]);
+            if (two) part[t * O + o0 + 1] = _mm512_reduce_add_ps(a1[t]);
+        }
+        if (pbias) {
+            pbias[o0] = _mm512_reduce_add_ps(b0);
+            if (two) pbias[o0 + 1] = _mm512_reduce_add_ps(b1);
+        }
+    }
+}
+
+/* filter_direct for images [n0, n1) of x (N,C,H,W) and dy. An f32 x of mixed precision is
+ * rounded to bf16 once into the thread's scratch (`scratch_floats` floats; each x vector is
+ * otherwise rounded again for every pair of output channels, which made the bf16 gradient twice
+ * as slow as the f32 one) when it fits, else as loaded. */
+CONV_AVX512 static void filter_direct_any(const conv_dims *g, const void *x, const void *dy, int64_t n0, int64_t n1,
+                                          float *part, float *pbias, float *scratch, int64_t scratch_floats) {
+    conv_taps tp;
+    conv_taps_get(g, &tp);
+    int64_t chw = g->c * g->h * g->w, xes = g->xes, len = (n1 - n0) * chw;
+    const char *xs = (const char *)x + n0 * chw * xes;
+    int xmode = xes == 2 ? 1 : g->bf16 ? 2 : 0, dymode = g->dyes == 2 ? 1 : g->bf16 ? 2 : 0;
+    if (xmode == 2 && len <= scratch_floats) {
+        const float *xf = (const float *)xs;
+        for (int64_t i = 0; i < len; i += 16) {
+            __mmask16 m = lane_mask(0, len - i);
+            __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(round_bf16_epi32(_mm512_maskz_loadu_ps(m, xf + i)), 16));
+            _mm512_mask_storeu_ps(scratch + i, m, v);
+        }
+        xs = (const char *)scratch;
+        xmode = 0;
+    }
+    if (g->ckk == 9 && xmode == 0 && dymode == 0)
+        filter_direct(g, &tp, xs, xes, dy, n0, n1, part, pbias, 9, 0, 0);
+    else if (g->ckk == 9 && xmode == 0 && dymode == 2)
+        filter_direct(g, &tp, xs, xes, dy, n0, n1, part, pbias, 9, 0, 2);
     else
-        fwd_direct_rows(g, tp, xn, w, bias, yn, oh0, oh1, g->ckk);
+        filter_direct(g, &tp, xs, xes, dy, n0, n1, part, pbias, g->ckk, xmode, dymode);
 }
 
 #endif
 
+/* d[0, n) (dst_es bytes each) := s[0, n) (src_es bytes each): a copy, or f32 rounded to bf16. */
+static void copy_elems(void *restrict d, int64_t dst_es, const void *restrict s, int64_t src_es, int64_t n) {
+    if (dst_es == src_es) {
+        memcpy(d, s, (size_t)(n * dst_es));
+        return;
+    }
+    const float *restrict f = s;
+    uint16_t *restrict h = d;
+    for (int64_t i = 0; i < n; i++) h[i] = mr_f32_to_bf16(f[i]);
+}
+
 /* The rows of channel c of col (CKK, ld), columns [0, OHW), from one image xn (C,H,W); padding
- * reads as 0. */
-static void im2col(const conv_dims *g, const float *restrict xn, float *restrict col, int64_t ld, int64_t c) {
-    const float *restrict xc = xn + c * g->h * g->w;
+ * reads as 0. col's elements have g->es bytes (f32, or bf16 whose zero is also all-zero bits),
+ * x's g->xes (an f32 x into a bf16 col is rounded). */
+static void im2col(const conv_dims *g, const void *restrict xn, void *restrict col, int64_t ld, int64_t c) {
+    const int64_t es = g->es, xes = g->xes;
+    const char *restrict xc = (const char *)xn + c * g->h * g->w * xes;
 #ifdef CONV_AVX512
     if (g->avx512) {
-        im2col_s1_avx512(g, xc, col, ld, c);
+        if (g->bf16)
+            im2col_s1_bf16_avx512(g, xc, col, ld, c, xes == 4);
+        else
+            im2col_s1_avx512(g, (const float *)xc, col, ld, c);
         return;
     }
 #endif
     for (int64_t i = 0; i < g->kh; i++)
         for (int64_t j = 0; j < g->kw; j++) {
-            float *restrict row = col + ((c * g->kh + i) * g->kw + j) * ld;
+            char *restrict row = (char *)col + ((c * g->kh + i) * g->kw + j) * ld * es;
             int64_t lo = 0, hi = 0;
             if (g->sw == 1) valid_cols(g, j, &lo, &hi);
             for (int64_t oh = 0; oh < g->oh; oh++) {
                 int64_t ih = oh * g->sh - g->ph + i;
-                float *restrict r = row + oh * g->ow;
+                char *restrict r = row + oh * g->ow * es;
                 if (ih < 0 || ih >= g->h) {
-                    memset(r, 0, (size_t)g->ow * sizeof(float));
+                    memset(r, 0, (size_t)(g->ow * es));
                     continue;
                 }
-                const float *restrict xr = xc + ih * g->w;
+                const char *restrict xr = xc + ih * g->w * xes;
                 if (g->sw == 1) {
                     /* stride 1: a shifted copy of the row with zeros where it leaves the image
                      * (the per-element bounds test made im2col a fifth of a CNN step) */
-                    if (lo > 0) memset(r, 0, (size_t)lo * sizeof(float));
-                    if (hi > lo) memcpy(r + lo, xr + lo - g->pw + j, (size_t)(hi - lo) * sizeof(float));
-                    if (hi < g->ow) memset(r + hi, 0, (size_t)(g->ow - hi) * sizeof(float));
+                    if (lo > 0) memset(r, 0, (size_t)(lo * es));
+                    if (hi > lo) copy_elems(r + lo * es, es, xr + (lo - g->pw + j) * xes, xes, hi - lo);
+                    if (hi < g->ow) memset(r + hi * es, 0, (size_t)((g->ow - hi) * es));
                     continue;
                 }
                 for (int64_t ow = 0; ow < g->ow; ow++) {
                     int64_t iw = ow * g->sw - g->pw + j;
-                    r[ow] = (iw >= 0 && iw < g->w) ? xr[iw] : 0.0f;
+                    if (iw >= 0 && iw < g->w)
+                        copy_elems(r + ow * es, es, xr + iw * xes, xes, 1);
+                    else
+                        memset(r + ow * es, 0, (size_t)es);
                 }
             }
         }
@@ -328,12 +519,12 @@ static void col2im(const conv_dims *g, const float *restrict col, int64_t ld, fl
 
 /* col (CKK, nb*OHW) := im2col of images xb (nb,C,H,W); `par`: spread (image, channel) pairs over
  * threads (called outside any parallel region). */
-static void im2col_batch(const conv_dims *g, const float *xb, int64_t nb, float *col, int par) {
+static void im2col_batch(const conv_dims *g, const void *xb, int64_t nb, void *col, int par) {
     int64_t ld = nb * g->ohw, units = nb * g->c;
 #pragma omp parallel for schedule(static) if (par && units > 1)
     for (int64_t u = 0; u < units; u++) {
         int64_t b = u / g->c, c = u % g->c;
-        im2col(g, xb + b * g->c * g->h * g->w, col + b * g->ohw, ld, c);
+        im2col(g, (const char *)xb + b * g->c * g->h * g->w * g->xes, (char *)col + b * g->ohw * g->es, ld, c);
     }
 }
 
@@ -370,22 +561,62 @@ static void row_copy(const conv_dims *g, float *restrict d, const float *restric
         memcpy(d, s, (size_t)n * sizeof(float));
 }
 
-/* dst (nb,O,OHW) := src (O, nb*OHW) image by image, plus bias (O) if not NULL; or the reverse
- * (to_batch: src (nb,O,OHW) into dst (O, nb*OHW)). */
-static void batch_copy(const conv_dims *g, int64_t nb, const float *src, float *dst, const float *bias, int to_batch,
+#ifdef CONV_AVX512
+/* d[0, n) := s[0, n) rounded to bf16, 16 at a time. */
+CONV_AVX512 static void row_round_avx512(uint16_t *restrict d, const float *restrict s, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = lane_mask(0, n - i);
+        _mm256_mask_storeu_epi16(d + i, m, load_as_bf16(m, s + i, 1));
+    }
+}
+#endif
+
+/* dst (nb,O,OHW) := src (O, nb*OHW) image by image, plus bias (O) if not NULL (f32: the GEMM's
+ * output); or the reverse (to_batch: dy src (nb,O,OHW), g->dyes bytes an element, into dyb dst
+ * (O, nb*OHW), g->es bytes an element: an f32 dy is rounded to a bf16 dyb in mixed precision). */
+static void batch_copy(const conv_dims *g, int64_t nb, const void *src, void *dst, const float *bias, int to_batch,
                        int par) {
-    int64_t ld = nb * g->ohw, units = nb * g->o;
+    int64_t ld = nb * g->ohw, units = nb * g->o, ses = to_batch ? g->dyes : 4, des = to_batch ? g->es : 4;
 #pragma omp parallel for schedule(static) if (par && units * g->ohw > CONV_PAR_MIN / 4)
     for (int64_t u = 0; u < units; u++) {
         int64_t b = u / g->o, o = u % g->o;
-        const float *s = to_batch ? src + u * g->ohw : src + o * ld + b * g->ohw;
-        float *d = to_batch ? dst + o * ld + b * g->ohw : dst + u * g->ohw;
-        row_copy(g, d, s, g->ohw, bias ? bias + o : NULL);
+        const char *s = (const char *)src + (to_batch ? u * g->ohw : o * ld + b * g->ohw) * ses;
+        char *d = (char *)dst + (to_batch ? o * ld + b * g->ohw : u * g->ohw) * des;
+        if (des == 4) {
+            row_copy(g, (float *)d, (const float *)s, g->ohw, bias ? bias + o : NULL);
+            continue;
+        }
+#ifdef CONV_AVX512
+        if (g->avx512 && ses == 4) {
+            row_round_avx512((uint16_t *)d, (const float *)s, g->ohw);
+            continue;
+        }
+#endif
+        copy_elems(d, des, s, ses, g->ohw);
     }
 }
 
+/* One GEMM in the conv's input type: f32, or bf16 operands with f32 C (mr_cpu_gemm_bf16:
+ * vdpbf16ps where the CPU has AVX512_BF16, widened to f32 elsewhere). Returns 0 when done, 1 when
+ * the bf16 GEMM ran out of memory (C untouched). */
+static int conv_gemm(const conv_dims *g, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *A, int64_t lda,
+                     const void *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    if (!g->bf16) {
+        mr_cpu_sgemm(ta, tb, m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc);
+        return 0;
+    }
+    return mr_cpu_gemm_bf16(ta, tb, m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc) != MR_OK;
+}
+
+/* The bf16 GEMM's failure, restated on the calling thread (a worker's message is thread-local). */
+static mr_status conv_gemm_failed(const mr_op_args *a) {
+    return mr_set_error(MR_ERR_NOMEM, "%s: out of memory for bf16 GEMM packing buffers",
+                        mr_op_get(a->op) ? mr_op_get(a->op)->name : "conv2d");
+}
+
 static mr_status conv_f32_only(const mr_op_args *a, mr_dtype dt) {
-    return mr_op_error(a, "the CPU kernel takes f32 or f64, got %s", mr_dtype_name(dt));
+    return mr_op_error(a, "the CPU kernel takes f32 or f64, or bf16 inputs with f32 outputs; got %s",
+                       mr_dtype_name(dt));
 }
 
 static mr_status conv_no_workspace(const mr_op_args *a) {
@@ -409,34 +640,52 @@ static void conv_share(const conv_dims *g, int slots, int64_t *bsz, int64_t *bat
     }
 }
 
-/* y (nb,O,OHW) of images x (nb,C,H,W), with slot col (CKK, nb*OHW) and yb (O, nb*OHW). */
-static void conv_fwd_batch(const conv_dims *g, const float *x, const float *w, const float *bias, float *y,
-                           int64_t nb, float *col, float *yb, int par) {
+/* y (nb,O,OHW) of images x (nb,C,H,W), with slot col (CKK, nb*OHW) and yb (O, nb*OHW). Returns
+ * conv_gemm's status. */
+static int conv_fwd_batch(const conv_dims *g, const void *x, const void *w, const float *bias, float *y, int64_t nb,
+                          void *col, float *yb, int par) {
     im2col_batch(g, x, nb, col, par);
     int64_t cols = nb * g->ohw;
     if (nb == 1) {
         /* one image: the GEMM writes y itself */
-        mr_cpu_sgemm(0, 0, g->o, cols, g->ckk, 1.0f, w, g->ckk, col, cols, 0.0f, y, cols);
-        if (!bias) return;
+        if (conv_gemm(g, 0, 0, g->o, cols, g->ckk, w, g->ckk, col, cols, 0.0f, y, cols)) return 1;
+        if (!bias) return 0;
 #pragma omp parallel for schedule(static) if (par && g->o * g->ohw > CONV_PAR_MIN / 4)
         for (int64_t o = 0; o < g->o; o++)
             for (int64_t i = 0; i < g->ohw; i++) y[o * g->ohw + i] += bias[o];
-        return;
+        return 0;
     }
-    mr_cpu_sgemm(0, 0, g->o, cols, g->ckk, 1.0f, w, g->ckk, col, cols, 0.0f, yb, cols);
+    if (conv_gemm(g, 0, 0, g->o, cols, g->ckk, w, g->ckk, col, cols, 0.0f, yb, cols)) return 1;
     batch_copy(g, nb, yb, y, bias, 0, par);
+    return 0;
+}
+
+/* f32, or mixed precision (core/ref/conv_ref.c's rule, checked). */
+static int conv_dtype_ok(const mr_op_args *a) {
+    return (a->in[0].dtype == MR_F32 && a->in[1].dtype == MR_F32) || (a->p.conv.bf16 && a->out[0].dtype == MR_F32);
 }
 
 mr_status mr_conv2d_fwd_cpu(const mr_op_args *a) {
     if (mr_op_is_f64(a)) return mr_conv2d_fwd_ref(a);
-    if (a->in[0].dtype != MR_F32) return conv_f32_only(a, a->in[0].dtype);
+    if (!conv_dtype_ok(a)) return conv_f32_only(a, a->in[0].dtype);
     conv_dims g;
     if (!conv_dims_get(a, &a->in[0], &a->in[1], &g)) return mr_op_error(a, "invalid geometry");
-    /* x (N,C,H,W); w (O,CKK); bias (O) or NULL; y (N,O,OHW); slots x [col (CKK,B*OHW), yb (O,B*OHW)] */
-    const float *x = a->in[0].data, *w = a->in[1].data, *bias = a->in[2].data;
+    /* x (N,C,H,W); w (O,CKK); bias (O) or NULL; y (N,O,OHW); slots x [col (CKK,B*OHW), yb (O,B*OHW)]
+     * (x, w, col bf16 in mixed precision; col then fills half its slot) */
+    const char *x = a->in[0].data;
+    const void *w = a->in[1].data;
+    const float *bias = a->in[2].data;
     float *y = a->out[0].data, *ws = a->workspace;
+    int64_t es = g.xes;
 #ifdef CONV_AVX512
     if (conv_fwd_direct(&g)) {
+        const float *wf = w;
+        if (g.bf16) {
+            /* the few weights widened once (workspace (O, CKK) f32) */
+            if (!ws || a->workspace_bytes < (size_t)(g.o * g.ckk) * sizeof(float)) return conv_no_workspace(a);
+            for (int64_t i = 0; i < g.o * g.ckk; i++) ws[i] = mr_bf16_to_f32(((const uint16_t *)w)[i]);
+            wf = ws;
+        }
         conv_taps tp;
         conv_taps_get(&g, &tp);
         /* units of (image, 4 output rows) */
@@ -444,7 +693,7 @@ mr_status mr_conv2d_fwd_cpu(const mr_op_args *a) {
 #pragma omp parallel for schedule(static) if (g.n * g.o * g.ckk * g.ohw > CONV_PAR_MIN)
         for (int64_t u = 0; u < units; u++) {
             int64_t n = u / per_img, oh0 = u % per_img * rows, oh1 = oh0 + rows < g.oh ? oh0 + rows : g.oh;
-            fwd_direct_rows_any(&g, &tp, x + n * g.c * g.h * g.w, w, bias, y + n * g.o * g.ohw, oh0, oh1);
+            fwd_direct_rows_any(&g, &tp, x + n * g.c * g.h * g.w * es, wf, bias, y + n * g.o * g.ohw, oh0, oh1);
         }
         return MR_OK;
     }
@@ -457,63 +706,78 @@ mr_status mr_conv2d_fwd_cpu(const mr_op_args *a) {
     if (nt < 2) {
         for (int64_t n0 = 0; n0 < g.n; n0 += bsz) {
             int64_t nb = g.n - n0 < bsz ? g.n - n0 : bsz;
-            conv_fwd_batch(&g, x + n0 * g.c * g.h * g.w, w, bias, y + n0 * g.o * g.ohw, nb, ws,
-                           ws + nb * g.ohw * g.ckk, 1);
+            if (conv_fwd_batch(&g, x + n0 * g.c * g.h * g.w * es, w, bias, y + n0 * g.o * g.ohw, nb, ws,
+                               ws + nb * g.ohw * g.ckk, 1))
+                return conv_gemm_failed(a);
         }
         return MR_OK;
     }
+    int failed = 0;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t bi = 0; bi < batches; bi++) {
         float *col = ws + (int64_t)omp_get_thread_num() * slot;
         int64_t n0 = bi * bsz, nb = g.n - n0 < bsz ? g.n - n0 : bsz;
-        conv_fwd_batch(&g, x + n0 * g.c * g.h * g.w, w, bias, y + n0 * g.o * g.ohw, nb, col, col + nb * g.ohw * g.ckk,
-                       0);
+        if (conv_fwd_batch(&g, x + n0 * g.c * g.h * g.w * es, w, bias, y + n0 * g.o * g.ohw, nb, col,
+                           col + nb * g.ohw * g.ckk, 0)) {
+#pragma omp atomic write
+            failed = 1;
+        }
     }
-    return MR_OK;
+    return failed ? conv_gemm_failed(a) : MR_OK;
 }
 
-/* dx (nb,C,H,W) from dy (nb,O,OHW), with slot dcol (CKK, nb*OHW) and dyb (O, nb*OHW). */
-static void conv_bwd_data_batch(const conv_dims *g, const float *w, const float *dy, float *dx, int64_t nb,
-                                float *dcol, float *dyb, int par) {
+/* dx (nb,C,H,W) from dy (nb,O,OHW), with slot dcol (CKK, nb*OHW) f32 and dyb (O, nb*OHW) (of dy's
+ * type). Returns conv_gemm's status. */
+static int conv_bwd_data_batch(const conv_dims *g, const void *w, const void *dy, float *dx, int64_t nb, float *dcol,
+                               void *dyb, int par) {
     int64_t cols = nb * g->ohw, units = nb * g->c;
-    if (nb > 1) batch_copy(g, nb, dy, dyb, NULL, 1, par);
-    mr_cpu_sgemm(1, 0, g->ckk, cols, g->o, 1.0f, w, g->ckk, nb > 1 ? dyb : dy, cols, 0.0f, dcol, cols);
+    int copy = nb > 1 || g->dyes != g->es; /* one image's dy is the GEMM's operand unless rounded */
+    if (copy) batch_copy(g, nb, dy, dyb, NULL, 1, par);
+    if (conv_gemm(g, 1, 0, g->ckk, cols, g->o, w, g->ckk, copy ? dyb : dy, cols, 0.0f, dcol, cols)) return 1;
 #pragma omp parallel for schedule(static) if (par && units > 1)
     for (int64_t u = 0; u < units; u++) {
         int64_t b = u / g->c, c = u % g->c;
         col2im(g, dcol + b * g->ohw, cols, dx + b * g->c * g->h * g->w, c);
     }
+    return 0;
 }
 
 mr_status mr_conv2d_bwd_data_cpu(const mr_op_args *a) {
     if (mr_op_is_f64(a)) return mr_conv2d_bwd_data_ref(a);
-    if (a->in[0].dtype != MR_F32) return conv_f32_only(a, a->in[0].dtype);
+    if (!conv_dtype_ok(a)) return conv_f32_only(a, a->in[0].dtype);
     conv_dims g;
     if (!conv_dims_get(a, &a->out[0], &a->in[0], &g)) return mr_op_error(a, "invalid geometry");
     int slots = conv_slots(a, &g, 0);
     if (slots < 1) return conv_no_workspace(a);
-    /* w (O,CKK); dy (N,O,OHW); dx (N,C,H,W); slots x [dcol (CKK,B*OHW), dyb (O,B*OHW)] */
-    const float *w = a->in[0].data, *dy = a->in[1].data;
+    /* w (O,CKK); dy (N,O,OHW); dx (N,C,H,W) f32; slots x [dcol (CKK,B*OHW) f32, dyb (O,B*OHW)]
+     * (w, dy, dyb bf16 in mixed precision) */
+    const void *w = a->in[0].data;
+    const char *dy = a->in[1].data;
     float *dx = a->out[0].data, *ws = a->workspace;
-    int64_t slot = (int64_t)conv_slot_floats(&g), bsz, batches;
+    int64_t slot = (int64_t)conv_slot_floats(&g), bsz, batches, es = g.dyes;
     int nt;
     conv_share(&g, slots, &bsz, &batches, &nt);
     if (nt < 2) {
         for (int64_t n0 = 0; n0 < g.n; n0 += bsz) {
             int64_t nb = g.n - n0 < bsz ? g.n - n0 : bsz;
-            conv_bwd_data_batch(&g, w, dy + n0 * g.o * g.ohw, dx + n0 * g.c * g.h * g.w, nb, ws,
-                                ws + nb * g.ohw * g.ckk, 1);
+            if (conv_bwd_data_batch(&g, w, dy + n0 * g.o * g.ohw * es, dx + n0 * g.c * g.h * g.w, nb, ws,
+                                    ws + nb * g.ohw * g.ckk, 1))
+                return conv_gemm_failed(a);
         }
         return MR_OK;
     }
+    int failed = 0;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t bi = 0; bi < batches; bi++) {
         float *dcol = ws + (int64_t)omp_get_thread_num() * slot;
         int64_t n0 = bi * bsz, nb = g.n - n0 < bsz ? g.n - n0 : bsz;
-        conv_bwd_data_batch(&g, w, dy + n0 * g.o * g.ohw, dx + n0 * g.c * g.h * g.w, nb, dcol,
-                            dcol + nb * g.ohw * g.ckk, 0);
+        if (conv_bwd_data_batch(&g, w, dy + n0 * g.o * g.ohw * es, dx + n0 * g.c * g.h * g.w, nb, dcol,
+                                dcol + nb * g.ohw * g.ckk, 0)) {
+#pragma omp atomic write
+            failed = 1;
+        }
     }
-    return MR_OK;
+    return failed ? conv_gemm_failed(a) : MR_OK;
 }
 
 /* part (CKK, O) := dw^T over images [n0, n1): col * dyb^T summed batch by batch (batches of
@@ -521,36 +785,61 @@ mr_status mr_conv2d_bwd_data_cpu(const mr_op_args *a) {
  * its O columns fill the GEMM's 32-column panels (dw's CKK = 9 columns of the CNN's first layer
  * filled one to 28%). pbias (O), if not NULL, := the sums of dy over those images, image by image
  * while the batch's dy is in cache (a pass of its own re-read dy from memory). */
-static void conv_bwd_filter_range(const conv_dims *g, const float *x, const float *dy, int64_t n0, int64_t n1,
-                                  float *part, float *pbias, float *col, int par) {
-    int64_t bsz = conv_batch(g);
+/* The sum of n elements of f32 (bf == 0) or bf16 (widened exactly) dy. */
+static float dy_sum(const void *d, int64_t n, int bf) {
+    float s = 0.0f;
+    if (bf) {
+        const uint16_t *restrict h = d;
+#pragma omp simd reduction(+ : s)
+        for (int64_t i = 0; i < n; i++) s += mr_bf16_to_f32(h[i]);
+    } else {
+        const float *restrict f = d;
+#pragma omp simd reduction(+ : s)
+        for (int64_t i = 0; i < n; i++) s += f[i];
+    }
+    return s;
+}
+
+/* Returns conv_gemm's status. In mixed precision col and dyb are bf16 (x and dy rounded into
+ * them when f32) and the bias sums read the rounded dy: dyb's row o, the batch's images in one
+ * sum (part and pbias stay f32). */
+static int conv_bwd_filter_range(const conv_dims *g, const void *x, const void *dy, int64_t n0, int64_t n1,
+                                 float *part, float *pbias, float *col, int par) {
+#ifdef CONV_AVX512
+    if (conv_fwd_direct(g)) {
+        filter_direct_any(g, x, dy, n0, n1, part, pbias, col, (int64_t)conv_slot_floats(g));
+        return 0;
+    }
+#endif
+    int64_t bsz = conv_batch(g), xes = g->xes, dyes = g->dyes;
     for (int64_t b0 = n0; b0 < n1; b0 += bsz) {
         int64_t nb = n1 - b0 < bsz ? n1 - b0 : bsz, cols = nb * g->ohw;
         float *dyb = col + cols * g->ckk;
-        const float *dyn = dy + b0 * g->o * g->ohw;
-        im2col_batch(g, x + b0 * g->c * g->h * g->w, nb, col, par);
-        if (nb > 1) batch_copy(g, nb, dyn, dyb, NULL, 1, par);
-        mr_cpu_sgemm(0, 1, g->ckk, g->o, cols, 1.0f, col, cols, nb > 1 ? dyb : dyn, cols, b0 == n0 ? 0.0f : 1.0f,
-                     part, g->o);
+        const char *dyn = (const char *)dy + b0 * g->o * g->ohw * dyes;
+        int copy = nb > 1 || dyes != g->es; /* one image's dy is the GEMM's operand unless rounded */
+        im2col_batch(g, (const char *)x + b0 * g->c * g->h * g->w * xes, nb, col, par);
+        if (copy) batch_copy(g, nb, dyn, dyb, NULL, 1, par);
+        if (conv_gemm(g, 0, 1, g->ckk, g->o, cols, col, cols, copy ? (const void *)dyb : dyn, cols,
+                      b0 == n0 ? 0.0f : 1.0f, part, g->o))
+            return 1;
         if (!pbias) continue;
+        int from_dyb = g->bf16 && copy;
 #pragma omp parallel for schedule(static) if (par && g->o * cols > CONV_PAR_MIN)
         for (int64_t o = 0; o < g->o; o++) {
             float s = b0 == n0 ? 0.0f : pbias[o];
-            for (int64_t b = 0; b < nb; b++) {
-                const float *restrict d = dyn + (b * g->o + o) * g->ohw;
-                float sn = 0.0f;
-#pragma omp simd reduction(+ : sn)
-                for (int64_t i = 0; i < g->ohw; i++) sn += d[i];
-                s += sn;
-            }
+            if (from_dyb)
+                s += dy_sum((const uint16_t *)dyb + o * cols, cols, 1);
+            else
+                for (int64_t b = 0; b < nb; b++) s += dy_sum(dyn + (b * g->o + o) * g->ohw * dyes, g->ohw, dyes == 2);
             pbias[o] = s;
         }
     }
+    return 0;
 }
 
 mr_status mr_conv2d_bwd_filter_cpu(const mr_op_args *a) {
     if (mr_op_is_f64(a)) return mr_conv2d_bwd_filter_ref(a);
-    if (a->in[0].dtype != MR_F32) return conv_f32_only(a, a->in[0].dtype);
+    if (!conv_dtype_ok(a)) return conv_f32_only(a, a->in[0].dtype);
     conv_dims g;
     if (!conv_dims_get(a, &a->in[0], &a->out[0], &g)) return mr_op_error(a, "invalid geometry");
     int64_t groups = conv_filter_groups(&g), wsz = g.o * g.ckk, psz = wsz + g.o;
@@ -558,7 +847,7 @@ mr_status mr_conv2d_bwd_filter_cpu(const mr_op_args *a) {
     if (slots < 1) return conv_no_workspace(a);
     /* x (N,C,H,W); dy (N,O,OHW); dw (O,CKK); dbias (O) or NULL;
      * workspace: parts (groups, [dw^T (CKK,O), dbias (O)]) then slots x [col (CKK,B*OHW), dyb (O,B*OHW)] */
-    const float *x = a->in[0].data, *dy = a->in[1].data;
+    const void *x = a->in[0].data, *dy = a->in[1].data; /* f32 or bf16 in mixed precision */
     float *dw = a->out[0].data, *dbias = a->out[1].data;
     float *parts = a->workspace, *slots0 = parts + groups * psz;
     int64_t slot = (int64_t)conv_slot_floats(&g), work = g.o * g.ckk * g.ohw;
@@ -572,16 +861,22 @@ mr_status mr_conv2d_bwd_filter_cpu(const mr_op_args *a) {
         /* the groups one by one with threaded GEMMs (the same sums as below) */
         for (int64_t gi = 0; gi < groups; gi++) {
             float *part = parts + gi * psz;
-            conv_bwd_filter_range(&g, x, dy, gi * g.n / groups, (gi + 1) * g.n / groups, part, dbias ? part + wsz : NULL,
-                                  slots0, 1);
+            if (conv_bwd_filter_range(&g, x, dy, gi * g.n / groups, (gi + 1) * g.n / groups, part,
+                                      dbias ? part + wsz : NULL, slots0, 1))
+                return conv_gemm_failed(a);
         }
     } else {
+        int failed = 0;
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t gi = 0; gi < groups; gi++) {
             float *part = parts + gi * psz;
-            conv_bwd_filter_range(&g, x, dy, gi * g.n / groups, (gi + 1) * g.n / groups, part, dbias ? part + wsz : NULL,
-                                  slots0 + (int64_t)omp_get_thread_num() * slot, 0);
+            if (conv_bwd_filter_range(&g, x, dy, gi * g.n / groups, (gi + 1) * g.n / groups, part,
+                                      dbias ? part + wsz : NULL, slots0 + (int64_t)omp_get_thread_num() * slot, 0)) {
+#pragma omp atomic write
+                failed = 1;
+            }
         }
+        if (failed) return conv_gemm_failed(a);
     }
     /* dw (O, CKK) := the sum of the parts (CKK, O) in group order, transposed; dbias likewise */
 #pragma omp parallel for schedule(static) if (groups * wsz > CONV_PAR_MIN / 4)

@@ -1,7 +1,11 @@
 /* 2-d convolution (NCHW, cross-correlation as in PyTorch): argument checks and the scalar f64
- * reference for the forward, the data gradient and the filter gradient. The scratch sizes of the
- * CPU kernels (mr_conv2d_*_workspace) live with them in core/cpu/conv_cpu.c. */
+ * reference for the forward, the data gradient and the filter gradient (f64; mixed precision,
+ * p.conv.bf16, through f64 copies). The scratch sizes of the CPU kernels
+ * (mr_conv2d_*_workspace) live with them in core/cpu/conv_cpu.c. */
 #include "core/ops_impl.h"
+#include "core/math/half_math.h"
+
+#include <stdlib.h>
 
 /* Geometry shared by the three ops; filled from x (or dx), w (or dw) and y (or dy). */
 typedef struct conv_geom {
@@ -45,11 +49,42 @@ static mr_status conv_bias_check(const mr_op_args *a, const mr_view *b, const ch
     return mr_op_check_shape(a, b, role, &s);
 }
 
+/* The dtype rule: every float view f32, or every one f64; or with p.conv.bf16 (mixed precision,
+ * core/cpu/conv_cpu.c) the weight (in[1] of the forward, in[0] of the data gradient) bf16, the
+ * other tensor inputs (x, dy) f32 or bf16, the bias and the outputs f32. *mixed says which. */
+static mr_status conv_dtypes(const mr_op_args *a, int *mixed) {
+    *mixed = a->p.conv.bf16 != 0;
+    if (!*mixed) {
+        mr_dtype dt;
+        mr_status st = mr_op_check_float(a, 0, &dt);
+        if (st == MR_OK) st = mr_op_check_all_float(a, dt);
+        if (st != MR_OK && (a->in[0].dtype == MR_BF16 || a->in[1].dtype == MR_BF16))
+            return mr_op_error(a, "in[0] is %s and in[1] %s; HINT: bf16 inputs need p.conv.bf16 (mixed precision)",
+                               mr_dtype_name(a->in[0].dtype), mr_dtype_name(a->in[1].dtype));
+        return st;
+    }
+    int wslot = a->op == MR_OP_CONV2D ? 1 : a->op == MR_OP_CONV2D_BWD_DATA ? 0 : -1;
+    for (int i = 0; i < 2; i++) {
+        mr_dtype t = a->in[i].dtype;
+        if (i == wslot ? t != MR_BF16 : (t != MR_F32 && t != MR_BF16))
+            return mr_op_error(a, "in[%d] is %s; with p.conv.bf16 the weight is bf16 and x and dy f32 or bf16", i,
+                               mr_dtype_name(t));
+    }
+    for (int k = 0; k < 2; k++) {
+        const mr_view *v = k ? a->out : a->in;
+        for (int i = k ? 0 : 2; i < (k ? a->n_out : a->n_in); i++)
+            if (v[i].data && v[i].dtype != MR_F32)
+                return mr_op_error(a, "%s[%d] is %s; with p.conv.bf16 the bias and the outputs are f32", k ? "out" : "in",
+                                   i, mr_dtype_name(v[i].dtype));
+    }
+    return MR_OK;
+}
+
 mr_status mr_conv2d_fwd_check(const mr_op_args *a) {
     if (!a->in[0].data || !a->in[1].data || !a->out[0].data) return mr_op_error(a, "x, w and y are required");
-    mr_dtype dt;
-    mr_status st = mr_op_check_float(a, 0, &dt);
-    if (st != MR_OK || (st = mr_op_check_all_float(a, dt)) != MR_OK) return st;
+    int mixed;
+    mr_status st = conv_dtypes(a, &mixed);
+    if (st != MR_OK) return st;
     conv_geom g;
     if ((st = conv_geom_get(a, &a->in[0], "in[0] (x)", &a->in[1], "in[1] (w)", &a->out[0], "out[0] (y)", &g)) != MR_OK)
         return st;
@@ -58,23 +93,60 @@ mr_status mr_conv2d_fwd_check(const mr_op_args *a) {
 
 mr_status mr_conv2d_bwd_data_check(const mr_op_args *a) {
     if (!a->in[0].data || !a->in[1].data || !a->out[0].data) return mr_op_error(a, "w, dy and dx are required");
-    mr_dtype dt;
-    mr_status st = mr_op_check_float(a, 0, &dt);
-    if (st != MR_OK || (st = mr_op_check_all_float(a, dt)) != MR_OK) return st;
+    int mixed;
+    mr_status st = conv_dtypes(a, &mixed);
+    if (st != MR_OK) return st;
     conv_geom g;
     return conv_geom_get(a, &a->out[0], "out[0] (dx)", &a->in[0], "in[0] (w)", &a->in[1], "in[1] (dy)", &g);
 }
 
 mr_status mr_conv2d_bwd_filter_check(const mr_op_args *a) {
     if (!a->in[0].data || !a->in[1].data || !a->out[0].data) return mr_op_error(a, "x, dy and dw are required");
-    mr_dtype dt;
-    mr_status st = mr_op_check_float(a, 0, &dt);
-    if (st != MR_OK || (st = mr_op_check_all_float(a, dt)) != MR_OK) return st;
+    int mixed;
+    mr_status st = conv_dtypes(a, &mixed);
+    if (st != MR_OK) return st;
     conv_geom g;
     if ((st = conv_geom_get(a, &a->in[0], "in[0] (x)", &a->out[0], "out[0] (dw)", &a->in[1], "in[1] (dy)", &g)) != MR_OK)
         return st;
     return conv_bias_check(a, &a->out[1], "out[1] (dbias)", g.o);
 }
+
+/* Mixed precision (p.conv.bf16) through the f64 reference `ref`: every float view copied to f64,
+ * the tensor inputs (in[0], in[1]) rounded to bf16 first (bf16 widens exactly; the bias is kept),
+ * the reference run, the outputs rounded once to f32. */
+static mr_status conv_ref_mixed(const mr_op_args *a, mr_status (*ref)(const mr_op_args *)) {
+    mr_op_args d = *a;
+    d.p.conv.bf16 = 0; /* the f64 reference on the rounded copies */
+    double *buf[2][MR_OP_MAX_IO] = {{0}};
+    mr_status st = MR_OK;
+    for (int k = 0; k < 2 && st == MR_OK; k++) {
+        const mr_view *v = k ? a->out : a->in;
+        mr_view *dv = k ? d.out : d.in;
+        for (int i = 0; i < (k ? a->n_out : a->n_in) && st == MR_OK; i++) {
+            if (!v[i].data) continue;
+            int64_t n = mr_shape_numel(&v[i].shape);
+            if (!(buf[k][i] = malloc((size_t)(n > 0 ? n : 1) * sizeof(double)))) {
+                st = mr_set_error(MR_ERR_NOMEM, "conv2d reference: out of memory for %lld doubles", (long long)n);
+                break;
+            }
+            for (int64_t j = 0; j < n && !k; j++)
+                buf[k][i][j] = v[i].dtype == MR_BF16 ? mr_bf16_to_f32(((const uint16_t *)v[i].data)[j])
+                               : i < 2               ? mr_bf16_to_f32(mr_f32_to_bf16(((const float *)v[i].data)[j]))
+                                                     : ((const float *)v[i].data)[j];
+            dv[i].data = buf[k][i];
+            dv[i].dtype = MR_F64;
+        }
+    }
+    if (st == MR_OK) st = ref(&d);
+    for (int i = 0; i < a->n_out && st == MR_OK; i++)
+        for (int64_t j = 0; a->out[i].data && j < mr_shape_numel(&a->out[i].shape); j++)
+            ((float *)a->out[i].data)[j] = (float)buf[1][i][j];
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < MR_OP_MAX_IO; i++) free(buf[k][i]);
+    return st;
+}
+
+static int conv_is_mixed(const mr_op_args *a) { return a->p.conv.bf16 != 0; }
 
 /* Visits every (input, weight, output) triple of the convolution: the one loop nest all three
  * references share, so they differentiate exactly the same function. MODE 0: y += x*w;
@@ -103,7 +175,8 @@ static void conv_ref_loop(const conv_geom *g, int mode, double *x, double *w, do
 }
 
 mr_status mr_conv2d_fwd_ref(const mr_op_args *a) {
-    if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64");
+    if (conv_is_mixed(a)) return conv_ref_mixed(a, mr_conv2d_fwd_ref);
+    if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64 (or p.conv.bf16: mixed precision)");
     conv_geom g;
     mr_status st = conv_geom_get(a, &a->in[0], "in[0] (x)", &a->in[1], "in[1] (w)", &a->out[0], "out[0] (y)", &g);
     if (st != MR_OK) return st;
@@ -117,7 +190,8 @@ mr_status mr_conv2d_fwd_ref(const mr_op_args *a) {
 }
 
 mr_status mr_conv2d_bwd_data_ref(const mr_op_args *a) {
-    if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64");
+    if (conv_is_mixed(a)) return conv_ref_mixed(a, mr_conv2d_bwd_data_ref);
+    if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64 (or p.conv.bf16: mixed precision)");
     conv_geom g;
     mr_status st = conv_geom_get(a, &a->out[0], "out[0] (dx)", &a->in[0], "in[0] (w)", &a->in[1], "in[1] (dy)", &g);
     if (st != MR_OK) return st;
@@ -128,7 +202,8 @@ mr_status mr_conv2d_bwd_data_ref(const mr_op_args *a) {
 }
 
 mr_status mr_conv2d_bwd_filter_ref(const mr_op_args *a) {
-    if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64");
+    if (conv_is_mixed(a)) return conv_ref_mixed(a, mr_conv2d_bwd_filter_ref);
+    if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64 (or p.conv.bf16: mixed precision)");
     conv_geom g;
     mr_status st = conv_geom_get(a, &a->in[0], "in[0] (x)", &a->out[0], "out[0] (dw)", &a->in[1], "in[1] (dy)", &g);
     if (st != MR_OK) return st;

@@ -19,7 +19,7 @@ static int64_t out_size(int64_t in, int64_t k, int s, int p) { return (in + 2 * 
 
 /* The three ops' args for one case, inputs random, in dtype dt. */
 static void conv_args(const conv_case *c, mr_dtype dt, uint64_t seed, mr_op_args *f, mr_op_args *bd, mr_op_args *bf) {
-    mr_conv_params p = {c->sh, c->sw, c->ph, c->pw};
+    mr_conv_params p = {c->sh, c->sw, c->ph, c->pw, 0};
     mr_shape xs = mr_shape_4d(c->n, c->c, c->h, c->w), ws = mr_shape_4d(c->o, c->c, c->kh, c->kw);
     mr_shape ys = mr_shape_4d(c->n, c->o, out_size(c->h, c->kh, c->sh, c->ph), out_size(c->w, c->kw, c->sw, c->pw));
     mr_view x = th_rand_view(dt, xs, -1, 1, seed), w = th_rand_view(dt, ws, -0.5, 0.5, seed + 1);
@@ -53,6 +53,7 @@ static const conv_case g_cases[] = {
     {1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1},     /* everything 1 */
     {17, 2, 5, 5, 3, 2, 2, 2, 2, 1, 1, 1},    /* 17 images: uneven filter-gradient groups */
     {2, 4, 4, 4, 6, 4, 4, 1, 1, 0, 0, 0},     /* kernel covers the whole input: 1x1 output */
+    {2, 2, 7, 20, 3, 2, 2, 1, 1, 1, 0, 1},    /* 8 taps (direct), odd O, 19 columns: two chunks */
 };
 
 static void test_conv_vs_ref(void **state) {
@@ -94,8 +95,10 @@ static void test_conv_grad(void **state) {
 
 static void test_conv_threads(void **state) {
     (void)state;
-    const conv_case cases[] = {{5, 3, 12, 12, 8, 3, 3, 1, 1, 1, 1, 1}, {1, 8, 30, 30, 16, 3, 3, 1, 1, 1, 1, 1}};
-    for (size_t k = 0; k < 2; k++) {
+    const conv_case cases[] = {{5, 3, 12, 12, 8, 3, 3, 1, 1, 1, 1, 1},
+                               {1, 8, 30, 30, 16, 3, 3, 1, 1, 1, 1, 1},
+                               {32, 1, 28, 28, 32, 3, 3, 1, 1, 1, 1, 1}}; /* conv1: the direct kernels */
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         mr_op_args f, bd, bf;
         conv_args(&cases[k], MR_F32, 300 + k, &f, &bd, &bf);
         th_check_thread_invariant(&f);
