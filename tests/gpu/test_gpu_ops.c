@@ -398,7 +398,7 @@ static void sgd_case(double momentum, double dampening, double wd, int nesterov,
     mr_tensor *p = gpu_upload(hp, MR_F32, s), *gr = gpu_upload(hg, MR_F32, s), *b = gpu_upload(hb, MR_F32, s);
     mr_op_args g, r;
     mr_op_args_init(&g, MR_OP_SGD_UPDATE);
-    g.p.sgd = (mr_sgd_params){0.05, momentum, dampening, wd, nesterov, first_step};
+    g.p.sgd = (mr_sgd_params){0.05, momentum, dampening, wd, nesterov, first_step, NULL, NULL};
     r = g;
     g.in[0] = mr_tensor_as_view(p);
     g.in[1] = mr_tensor_as_view(gr);
@@ -438,7 +438,7 @@ static void adamw_case(int64_t step, double wd, uint64_t seed) {
     mr_tensor *v = gpu_upload(hv, MR_F32, s);
     mr_op_args g, r;
     mr_op_args_init(&g, MR_OP_ADAMW_UPDATE);
-    g.p.adamw = (mr_adamw_params){1e-3, 0.9, 0.999, 1e-8, wd, step};
+    g.p.adamw = (mr_adamw_params){1e-3, 0.9, 0.999, 1e-8, wd, step, NULL, NULL, NULL};
     r = g;
     g.in[0] = mr_tensor_as_view(p);
     g.in[1] = mr_tensor_as_view(gr);

@@ -41,12 +41,12 @@ static mr_op_args adamw_args(mr_dtype dt, int64_t n, void *param, void *grad, vo
 }
 
 static mr_sgd_params sgd_cfg(double lr, double momentum, double dampening, double wd, int nesterov) {
-    mr_sgd_params p = {lr, momentum, dampening, wd, nesterov, 0};
+    mr_sgd_params p = {lr, momentum, dampening, wd, nesterov, 0, NULL, NULL};
     return p;
 }
 
 static mr_adamw_params adamw_cfg(double lr, double b1, double b2, double eps, double wd) {
-    mr_adamw_params p = {lr, b1, b2, eps, wd, 1};
+    mr_adamw_params p = {lr, b1, b2, eps, wd, 1, NULL, NULL, NULL};
     return p;
 }
 
