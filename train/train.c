@@ -748,6 +748,10 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
          * or each step for on_step */
         const int last = tr.step == c->steps;
         const int log_now = (c->log_every > 0 && tr.step % c->log_every == 0) || last;
+        if (log_now && c->on_log && tr.rank == 0) {
+            const mr_train_state ts0 = {tr.step, NULL, NULL, NULL, 0, NAN};
+            c->on_log(c->on_log_ctx, &ts0, 0);
+        }
         if (c->on_step || log_now) MR_TRY(tr_step_sync(&tr));
         if (c->on_step && tr.rank == 0) {
             MR_TRY(tr_dev_pull(&tr)); /* the callback reads the host shadow */
@@ -781,6 +785,13 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
             MR_TRY(save_checkpoint(&tr, res));
             mr_trace_end(tr.trace.train, span_ckpt, "checkpoint_save");
             L.t_last += tr_now_s() - t1; /* saving is not training throughput (it has its own log line) */
+        }
+        if (log_now) MR_TRY(tr_step_ctl_push(&tr)); /* now, not in the next step: the log step's own work */
+        if (log_now && c->on_log && tr.rank == 0) {
+            MR_TRY(tr_dev_pull(&tr));
+            const mr_train_state ts1 = {tr.step, tr.ps, tr.opt, tr.scaling ? &tr.scaler : NULL,
+                                        tr.dv.on ? !tr.last_apply : !apply, tr.dv.on ? tr.last_loss : loss};
+            c->on_log(c->on_log_ctx, &ts1, 1);
         }
         mr_trace_end1(tr.trace.train, span_step, "step", "step", tr.step);
         MR_TRY(tr_trace_step_end(&tr, last || stop || early)); /* after its last step (or the run's) it closes */

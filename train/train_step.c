@@ -367,6 +367,7 @@ mr_status tr_step_ctl_push(trainer *t) {
     mr_status st = MR_OK;
     tr_device *dv = &t->dv;
     if (!dv->on) return MR_OK;
+    MR_TRY(tr_step_sync(t)); /* nothing the device decided since its last read is lost */
     mr_step_ctl *h = dv->h_ctl;
     memset(h, 0, sizeof *h);
     h->scale = t->scaling ? t->scaler.scale : 1.0;
