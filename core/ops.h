@@ -200,10 +200,12 @@ typedef struct mr_adamw_params {
     /* By pointer, NULL when unused (mr_sgd_params'): *apply 0 leaves everything unchanged; *step
      * (1-based) replaces step, and the bias corrections are read from bc (2 doubles per step,
      * [2k] = 1 - beta1^k, [2k + 1] = sqrt(1 - beta2^k), formed on the host as
-     * mr_adamw_prepare_* forms them, so the bits are the by-value kernel's). */
+     * mr_adamw_prepare_* forms them, so the bits are the by-value kernel's; steps past bc_last
+     * read entry bc_last, which is then (1, 1) exactly, as every later step's is). */
     const int32_t *apply;
     const int64_t *dstep;
     const double *bc;
+    int64_t bc_last;
 } mr_adamw_params;
 
 /* What an MR_OP_HOOK node runs (borrowed: it must outlive every plan that runs it). */

@@ -16,8 +16,9 @@ struct mr_optim {
     mr_device dev;          /* where the slots live and the update runs */
     const mr_backend *be;   /* dev's backend (slots allocated through it) */
     mr_stream *stream;      /* borrowed; NULL: the device's default stream */
-    double *bc;             /* mr_optim_reserve's table in dev's memory (2 doubles per step 0..bc_steps) */
-    int64_t bc_steps;
+    double *bc;             /* mr_optim_reserve's table in dev's memory (2 doubles per step 0..bc_last) */
+    int64_t bc_last;        /* its last entry */
+    int64_t bc_steps;       /* the steps it serves: entry min(step, bc_last) */
 };
 
 mr_optim_cfg mr_optim_cfg_default(mr_optim_kind kind) {
@@ -110,12 +111,22 @@ float *mr_optim_slot(const mr_optim *o, int slot) { return slot >= 0 && slot < 2
 mr_status mr_optim_reserve(mr_optim *o, int64_t max_steps) {
     if (o->cfg.kind == MR_OPTIM_SGD || max_steps <= o->bc_steps) return MR_OK;
     if (max_steps < 0) return mr_set_error(MR_ERR_INVALID, "optimizer: reserving %lld steps", (long long)max_steps);
-    const size_t bytes = sizeof(double) * 2 * (size_t)(max_steps + 1);
+    /* 1 - beta^k is exactly 1 once beta^k is below half an ulp of 1, and stays so: the table ends
+     * at the first entry that is (1, 1) for both betas, and later steps read it (a few thousand
+     * entries for the default betas, whatever the run's length) */
+    int64_t last = 1;
+    double bc[2];
+    for (; last < max_steps; last++) {
+        mr_adamw_bias_corrections(o->cfg.beta1, o->cfg.beta2, last, bc);
+        if (bc[0] == 1.0 && bc[1] == 1.0) break;
+    }
+    const size_t bytes = sizeof(double) * 2 * (size_t)(last + 1);
     double *h = malloc(bytes), *d = NULL;
     if (!h) return mr_set_error(MR_ERR_NOMEM, "optimizer: out of host memory for %lld steps' bias corrections",
-                                (long long)max_steps);
+                                (long long)last);
     h[0] = h[1] = NAN; /* step 0 is never an update */
-    for (int64_t k = 1; k <= max_steps; k++) mr_adamw_bias_corrections(o->cfg.beta1, o->cfg.beta2, k, h + 2 * k);
+    for (int64_t k = 1; k <= last; k++) mr_adamw_bias_corrections(o->cfg.beta1, o->cfg.beta2, k, h + 2 * k);
+    const int saturated = h[2 * last] == 1.0 && h[2 * last + 1] == 1.0;
     mr_status st = o->be->alloc(o->dev.index, bytes, (void **)&d);
     if (st == MR_OK)
         st = o->be->copy(o->dev.index, d, h, bytes, o->dev.kind == MR_DEVICE_CPU ? MR_COPY_H2H : MR_COPY_H2D, o->stream);
@@ -127,7 +138,8 @@ mr_status mr_optim_reserve(mr_optim *o, int64_t max_steps) {
     }
     o->be->free(o->dev.index, o->bc);
     o->bc = d;
-    o->bc_steps = max_steps;
+    o->bc_last = last;
+    o->bc_steps = saturated ? INT64_MAX : max_steps;
     return MR_OK;
 }
 
@@ -170,8 +182,8 @@ static mr_status step_args(mr_optim *o, float *params, float *grads, double lr, 
             wd = 0.0;
         }
         mr_op_args_init(&a, MR_OP_ADAMW_UPDATE);
-        a.p.adamw = (mr_adamw_params){lr, o->cfg.beta1, o->cfg.beta2, o->cfg.eps, wd, o->steps + 1, apply, step,
-                                      step ? o->bc : NULL};
+        a.p.adamw = (mr_adamw_params){lr,   o->cfg.beta1, o->cfg.beta2,       o->cfg.eps, wd, o->steps + 1,
+                                      apply, step,         step ? o->bc : NULL, o->bc_last};
         a.in[2] = (mr_view){o->slot[0], MR_F32, s};
         a.in[3] = (mr_view){o->slot[1], MR_F32, s};
     }

@@ -53,8 +53,9 @@ mr_status mr_optim_step(mr_optim *o, float *params, float *grads, double lr) MR_
 mr_status mr_optim_step_ctl(mr_optim *o, float *params, float *grads, double lr, const int32_t *apply,
                             const int64_t *step, int64_t bound) MR_WUR;
 /* For mr_optim_step_ctl: Adam's bias corrections for steps 1..max_steps in dev's memory (formed on
- * the host as the by-value update forms them; 16 bytes a step). Waits for the stream. A no-op for
- * SGD or when max_steps is already covered. */
+ * the host as the by-value update forms them; 16 bytes a step, up to the step from which both are
+ * exactly 1, which then serves every later step: ~36k steps for beta2 0.999). Waits for the
+ * stream. A no-op for SGD or when max_steps is already covered. */
 mr_status mr_optim_reserve(mr_optim *o, int64_t max_steps) MR_WUR;
 /* Updates done so far (Adam's bias correction uses it); settable for resume. */
 int64_t mr_optim_steps(const mr_optim *o);

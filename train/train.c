@@ -733,7 +733,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
         const double lr = mr_schedule_lr(&c->schedule, c->optim.lr, tr.step);
         if (apply) MR_TRY(tr_step_update(&tr, &part, lr));
         L.tm.opt += tr_now_s() - t0;
-        mr_trace_end1(tr.trace.train, span_opt, "optimizer", "applied", apply);
+        mr_trace_end1(tr.trace.train, span_opt, "optimizer", "applied", tr.dv.on ? -1 : apply); /* device: unknown */
         /* report */
         const int64_t span_report = mr_trace_begin(tr.trace.train);
         if (isfinite(loss)) { /* a skipped overflow step does not poison the interval's mean (the

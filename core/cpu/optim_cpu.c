@@ -61,6 +61,9 @@ mr_status mr_sgd_update_cpu(const mr_op_args *a) {
     return MR_OK;
 }
 
+/* The bias-correction entry of the by-pointer step (ops.h mr_adamw_params). */
+static int64_t bc_at(const mr_adamw_params *p) { return *p->dstep < p->bc_last ? *p->dstep : p->bc_last; }
+
 /* param (n), grad (n), exp_avg (n), exp_avg_sq (n), f32. */
 mr_status mr_adamw_update_cpu(const mr_op_args *a) {
     if (mr_op_is_f64(a)) return mr_adamw_update_ref(a);
@@ -71,8 +74,8 @@ mr_status mr_adamw_update_cpu(const mr_op_args *a) {
     int64_t n = mr_shape_numel(&a->in[0].shape);
     if (p->apply && !*p->apply) return MR_OK; /* by pointer: a skipped step */
     const mr_adamw_consts_f32 c =
-        p->dstep ? mr_adamw_prepare_bc_f32(p->lr, p->beta1, p->beta2, p->eps, p->weight_decay, p->bc[2 * *p->dstep],
-                                           p->bc[2 * *p->dstep + 1])
+        p->dstep ? mr_adamw_prepare_bc_f32(p->lr, p->beta1, p->beta2, p->eps, p->weight_decay, p->bc[2 * bc_at(p)],
+                                           p->bc[2 * bc_at(p) + 1])
                  : mr_adamw_prepare_f32(p->lr, p->beta1, p->beta2, p->eps, p->weight_decay, p->step);
     void (*fn)(float *, const float *, float *, float *, int64_t, int64_t, mr_adamw_consts_f32) =
         mr_cpu_caps_get()->avx512f ? adamw_block_512 : adamw_block_def;

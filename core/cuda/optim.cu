@@ -29,9 +29,10 @@ __global__ void mr_sgd_kernel(float *__restrict__ param, const float *__restrict
 __global__ void mr_adamw_kernel(float *__restrict__ param, const float *__restrict__ grad, float *__restrict__ m,
                                 float *__restrict__ v, int64_t n, mr_adamw_consts_f32 c, mr_adamw_params p) {
     if (p.apply && !*p.apply) return; /* by pointer: a skipped step */
-    if (p.dstep) /* the step lives on the device: its bias corrections from the host's table */
-        c = mr_adamw_prepare_bc_f32(p.lr, p.beta1, p.beta2, p.eps, p.weight_decay, p.bc[2 * *p.dstep],
-                                    p.bc[2 * *p.dstep + 1]);
+    if (p.dstep) { /* the step lives on the device: its bias corrections from the host's table */
+        const int64_t k = *p.dstep < p.bc_last ? *p.dstep : p.bc_last;
+        c = mr_adamw_prepare_bc_f32(p.lr, p.beta1, p.beta2, p.eps, p.weight_decay, p.bc[2 * k], p.bc[2 * k + 1]);
+    }
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         float mm = m[i], vv = v[i];
         param[i] = mr_adamw_f32(param[i], grad[i], &mm, &vv, c);

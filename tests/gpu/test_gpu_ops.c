@@ -439,7 +439,7 @@ static void adamw_case(int64_t step, double wd, uint64_t seed) {
     mr_tensor *v = gpu_upload(hv, MR_F32, s);
     mr_op_args g, r;
     mr_op_args_init(&g, MR_OP_ADAMW_UPDATE);
-    g.p.adamw = (mr_adamw_params){1e-3, 0.9, 0.999, 1e-8, wd, step, NULL, NULL, NULL};
+    g.p.adamw = (mr_adamw_params){1e-3, 0.9, 0.999, 1e-8, wd, step, NULL, NULL, NULL, 0};
     r = g;
     g.in[0] = mr_tensor_as_view(p);
     g.in[1] = mr_tensor_as_view(gr);

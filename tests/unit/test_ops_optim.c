@@ -47,7 +47,7 @@ static mr_sgd_params sgd_cfg(double lr, double momentum, double dampening, doubl
 }
 
 static mr_adamw_params adamw_cfg(double lr, double b1, double b2, double eps, double wd) {
-    mr_adamw_params p = {lr, b1, b2, eps, wd, 1, NULL, NULL, NULL};
+    mr_adamw_params p = {lr, b1, b2, eps, wd, 1, NULL, NULL, NULL, 0};
     return p;
 }
 
@@ -357,6 +357,17 @@ static void test_update_by_pointer(void **state) {
         }
         assert_int_equal(mr_optim_steps(a), step);
         assert_int_equal(mr_optim_steps(b), 0); /* the count is the caller's */
+        if (kinds[q] != MR_OPTIM_SGD) { /* far past the table's end, where both corrections are 1 */
+            MR_ASSERT_OK(mr_optim_reserve(b, 1000000));
+            mr_optim_set_steps(a, 49999);
+            apply = 1;
+            step = 50000;
+            th_fill_uniform_f32(ga, N, -1.0f, 1.0f, 999);
+            memcpy(gb, ga, sizeof ga);
+            MR_ASSERT_OK(mr_optim_step(a, pa, ga, 1e-3));
+            MR_ASSERT_OK(mr_optim_step_ctl(b, pb, gb, 1e-3, &apply, &step, 50000));
+            assert_memory_equal(pa, pb, sizeof pa);
+        }
         mr_optim_free(a);
         mr_optim_free(b);
     }
