@@ -271,7 +271,7 @@ int main(int argc, char **argv) {
             a.out[2] = (mr_view){rs, MR_F32, mr_shape_1d(rows)};
             break;
         case MR_OP_ADAMW_UPDATE:
-            a.p.adamw = (mr_adamw_params){1e-3, 0.9, 0.999, 1e-8, 0.01, 1};
+            a.p.adamw = (mr_adamw_params){1e-3, 0.9, 0.999, 1e-8, 0.01, 1, NULL, NULL, NULL, 0};
             for (int j = 0; j < 4; j++) a.in[j] = (mr_view){bufs[j], MR_F32, s1};
             break;
         case MR_OP_CAST:

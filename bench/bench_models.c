@@ -91,9 +91,9 @@ static void run(const char *name, mr_model_cfg cfg, int64_t batch, int steps, in
     opt.in[2] = (mr_view){m1, MR_F32, mr_shape_1d(n)};
     if (adamw) {
         opt.in[3] = (mr_view){m2, MR_F32, mr_shape_1d(n)};
-        opt.p.adamw = (mr_adamw_params){3e-4, 0.9, 0.999, 1e-8, 0.1, 0};
+        opt.p.adamw = (mr_adamw_params){3e-4, 0.9, 0.999, 1e-8, 0.1, 0, NULL, NULL, NULL, 0};
     } else {
-        opt.p.sgd = (mr_sgd_params){0.01, 0.9, 0.0, 0.0, 0, 1};
+        opt.p.sgd = (mr_sgd_params){0.01, 0.9, 0.0, 0.0, 0, 1, NULL, NULL};
     }
     double *rates = calloc((size_t)runs, sizeof *rates), opt_s = 0;
     int64_t opt_calls = 0;

@@ -60,6 +60,9 @@ typedef struct mr_backend {
      * keep these buffers for the whole run rather than per step. */
     mr_status (*host_alloc)(size_t bytes, void **out);
     void (*host_free)(void *p);
+    /* *done = 1 when the work before e's record has completed (or e was never recorded), else 0;
+     * does not wait. */
+    mr_status (*event_query)(mr_event *e, int *done);
 } mr_backend;
 
 /* The backend for a device kind. MR_ERR_NOT_FOUND (with the reason in mr_last_error) when the

@@ -192,11 +192,25 @@ typedef struct mr_sgd_params {
     double lr, momentum, dampening, weight_decay;
     int nesterov;
     int first_step; /* 1 on the first update: the buffer is set to the gradient (as PyTorch) */
+    /* By pointer (the trainer's device-side step decisions, core/vec.h mr_step_ctl), in the
+     * kernel's memory, NULL when unused: *apply 0 leaves everything unchanged; *step (1-based)
+     * replaces first_step (first_step = *step == 1). */
+    const int32_t *apply;
+    const int64_t *step;
 } mr_sgd_params;
 
 typedef struct mr_adamw_params {
     double lr, beta1, beta2, eps, weight_decay;
     int64_t step; /* >= 1 */
+    /* By pointer, NULL when unused (mr_sgd_params'): *apply 0 leaves everything unchanged; *step
+     * (1-based) replaces step, and the bias corrections are read from bc (2 doubles per step,
+     * [2k] = 1 - beta1^k, [2k + 1] = sqrt(1 - beta2^k), formed on the host as
+     * mr_adamw_prepare_* forms them, so the bits are the by-value kernel's; steps past bc_last
+     * read entry bc_last, which is then (1, 1) exactly, as every later step's is). */
+    const int32_t *apply;
+    const int64_t *dstep;
+    const double *bc;
+    int64_t bc_last;
 } mr_adamw_params;
 
 /* What an MR_OP_HOOK node runs (borrowed: it must outlive every plan that runs it). */

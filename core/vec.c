@@ -111,6 +111,55 @@ mr_status mr_vec_sumsq_seg(mr_device d, mr_stream *s, const float *x, int64_t n,
     return MR_OK;
 }
 
+mr_status mr_vec_sumsq_to(mr_device d, mr_stream *s, const float *x, int64_t n, const int64_t *seg, int32_t nseg,
+                          int32_t *bad, double *d_scratch, double *d_out) {
+    mr_status st = check("vec_sumsq_to", x, n);
+    if (st != MR_OK) return st;
+    if (!d_out) return mr_set_error(MR_ERR_INVALID, "vec_sumsq_to: no output");
+    if (seg && (nseg < 1 || !bad))
+        return mr_set_error(MR_ERR_INVALID, "vec_sumsq_to: %d segments (flags %p)", (int)nseg, (void *)bad);
+    if (d.kind == MR_DEVICE_CUDA) CUDA_OR(mr_cuda_vec_sumsq_to(d.index, s, x, n, seg, nseg, bad, d_scratch, d_out));
+    if (seg && seg[0] != 0)
+        return mr_set_error(MR_ERR_INVALID, "vec_sumsq_to: the first segment starts at %lld, not 0", (long long)seg[0]);
+    sumsq_cpu(x, n, seg, seg ? nseg : 0, seg ? bad : NULL, d_out);
+    return MR_OK;
+}
+
+mr_status mr_vec_ctl_loss(mr_device d, mr_stream *s, mr_step_ctl *ctl, const float *loss, int64_t m,
+                          int64_t accumulate) {
+    if (!ctl || !loss || m < 0 || m >= accumulate)
+        return mr_set_error(MR_ERR_INVALID, "vec_ctl_loss: micro-batch %lld of %lld", (long long)m, (long long)accumulate);
+    if (d.kind == MR_DEVICE_CUDA) CUDA_OR(mr_cuda_vec_ctl_loss(d.index, s, ctl, loss, m, accumulate));
+    mr_ctl_loss(ctl, *loss, m, accumulate);
+    return MR_OK;
+}
+
+mr_status mr_vec_ctl_check(mr_device d, mr_stream *s, mr_step_ctl *ctl, mr_ctl_cfg k, int32_t *bad,
+                           const int32_t *order) {
+    if (!ctl || k.nparam < 0 || (k.nparam > 0 && (!bad || !order)) || !(k.world >= 1))
+        return mr_set_error(MR_ERR_INVALID, "vec_ctl_check: %d parameters (flags %p, order %p), %g replicas",
+                            (int)k.nparam, (void *)bad, (const void *)order, k.world);
+    if (d.kind == MR_DEVICE_CUDA) CUDA_OR(mr_cuda_vec_ctl_check(d.index, s, ctl, k, bad, order));
+    mr_ctl_check(ctl, k, bad, order);
+    return MR_OK;
+}
+
+mr_status mr_vec_ctl_clip(mr_device d, mr_stream *s, mr_step_ctl *ctl, double max_norm, int use_clip_sumsq) {
+    if (!ctl || !(max_norm > 0)) return mr_set_error(MR_ERR_INVALID, "vec_ctl_clip: max_norm %g", max_norm);
+    if (d.kind == MR_DEVICE_CUDA) CUDA_OR(mr_cuda_vec_ctl_clip(d.index, s, ctl, max_norm, use_clip_sumsq));
+    mr_ctl_clip(ctl, max_norm, use_clip_sumsq);
+    return MR_OK;
+}
+
+mr_status mr_vec_scale_if(mr_device d, mr_stream *s, float *y, const float *a, const int32_t *on, int64_t n) {
+    mr_status st = check("vec_scale_if", y, n);
+    if (st != MR_OK) return st;
+    if (!a || !on) return mr_set_error(MR_ERR_INVALID, "vec_scale_if: NULL factor or flag");
+    if (d.kind == MR_DEVICE_CUDA) CUDA_OR(mr_cuda_vec_scale_if(d.index, s, y, a, on, n));
+    if (!*on) return MR_OK;
+    return mr_vec_scale(d, s, y, *a, n);
+}
+
 mr_status mr_capture_begin(mr_device d, mr_stream *s) {
     if (d.kind == MR_DEVICE_CUDA) CUDA_OR(mr_cuda_capture_begin(d.index, s));
     return mr_set_error(MR_ERR_UNSUPPORTED, "capture: only the CUDA backend captures graphs");

@@ -16,6 +16,7 @@
 
 #include <stdint.h>
 #include "core/device.h"
+#include "core/math/ctl_math.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -46,6 +47,26 @@ mr_status mr_vec_sumsq(mr_device d, mr_stream *s, const float *x, int64_t n, dou
  * on the host, so a bad layout is the caller's bug. Waits for s. */
 mr_status mr_vec_sumsq_seg(mr_device d, mr_stream *s, const float *x, int64_t n, const int64_t *seg, int32_t nseg,
                            int32_t *bad, double *d_scratch, double *out) MR_WUR;
+
+/* ---- the step's decisions on the device (core/math/ctl_math.h) ----
+ * The trainer's step without host synchronisation (train/train_step.c): the loss, the finite
+ * check, the loss scaler, the skip and the clip factor live in an mr_step_ctl in d's memory, and
+ * the kernels that depend on them read them by pointer when they run. All asynchronous on s (the
+ * CPU: synchronous, the same code and bits). */
+/* *d_out (d's memory) = mr_vec_sumsq_seg's sum (seg, bad NULL and nseg 0: mr_vec_sumsq's), not read
+ * back: the same bits, no wait. */
+mr_status mr_vec_sumsq_to(mr_device d, mr_stream *s, const float *x, int64_t n, const int64_t *seg, int32_t nseg,
+                          int32_t *bad, double *d_scratch, double *d_out) MR_WUR;
+/* mr_ctl_loss with *loss (one float of d's memory: the step's loss output). */
+mr_status mr_vec_ctl_loss(mr_device d, mr_stream *s, mr_step_ctl *ctl, const float *loss, int64_t m,
+                          int64_t accumulate) MR_WUR;
+/* mr_ctl_check; bad and order: k.nparam int32 each in d's memory (NULL when 0). */
+mr_status mr_vec_ctl_check(mr_device d, mr_stream *s, mr_step_ctl *ctl, mr_ctl_cfg k, int32_t *bad,
+                           const int32_t *order) MR_WUR;
+/* mr_ctl_clip. */
+mr_status mr_vec_ctl_clip(mr_device d, mr_stream *s, mr_step_ctl *ctl, double max_norm, int use_clip_sumsq) MR_WUR;
+/* y (n) *= *a when *on (both d's memory, read when the kernel runs): mr_vec_scale's bits. */
+mr_status mr_vec_scale_if(mr_device d, mr_stream *s, float *y, const float *a, const int32_t *on, int64_t n) MR_WUR;
 
 /* ---- CUDA graphs ----
  * A captured sequence of asynchronous work on one stream, replayed with one launch (removes the

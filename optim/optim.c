@@ -3,6 +3,7 @@
 #include "optim/optim.h"
 #include "core/ops.h"
 #include "core/vec.h"
+#include "core/math/unary_math.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -15,6 +16,9 @@ struct mr_optim {
     mr_device dev;          /* where the slots live and the update runs */
     const mr_backend *be;   /* dev's backend (slots allocated through it) */
     mr_stream *stream;      /* borrowed; NULL: the device's default stream */
+    double *bc;             /* mr_optim_reserve's table in dev's memory (2 doubles per step 0..bc_last) */
+    int64_t bc_last;        /* its last entry */
+    int64_t bc_steps;       /* the steps it serves: entry min(step, bc_last) */
 };
 
 mr_optim_cfg mr_optim_cfg_default(mr_optim_kind kind) {
@@ -85,6 +89,7 @@ void mr_optim_free(mr_optim *o) {
     if (!o) return;
     o->be->free(o->dev.index, o->slot[0]);
     o->be->free(o->dev.index, o->slot[1]);
+    o->be->free(o->dev.index, o->bc);
     free(o);
 }
 
@@ -103,25 +108,82 @@ const char *mr_optim_slot_name(const mr_optim *o, int slot) {
 
 float *mr_optim_slot(const mr_optim *o, int slot) { return slot >= 0 && slot < 2 ? o->slot[slot] : NULL; }
 
+mr_status mr_optim_reserve(mr_optim *o, int64_t max_steps) {
+    if (o->cfg.kind == MR_OPTIM_SGD || max_steps <= o->bc_steps) return MR_OK;
+    if (max_steps < 0) return mr_set_error(MR_ERR_INVALID, "optimizer: reserving %lld steps", (long long)max_steps);
+    /* 1 - beta^k is exactly 1 once beta^k is below half an ulp of 1, and stays so: the table ends
+     * at the first entry that is (1, 1) for both betas, and later steps read it (a few thousand
+     * entries for the default betas, whatever the run's length) */
+    int64_t last = 1;
+    double bc[2];
+    for (; last < max_steps; last++) {
+        mr_adamw_bias_corrections(o->cfg.beta1, o->cfg.beta2, last, bc);
+        if (bc[0] == 1.0 && bc[1] == 1.0) break;
+    }
+    const size_t bytes = sizeof(double) * 2 * (size_t)(last + 1);
+    double *h = malloc(bytes), *d = NULL;
+    if (!h) return mr_set_error(MR_ERR_NOMEM, "optimizer: out of host memory for %lld steps' bias corrections",
+                                (long long)last);
+    h[0] = h[1] = NAN; /* step 0 is never an update */
+    for (int64_t k = 1; k <= last; k++) mr_adamw_bias_corrections(o->cfg.beta1, o->cfg.beta2, k, h + 2 * k);
+    const int saturated = h[2 * last] == 1.0 && h[2 * last + 1] == 1.0;
+    mr_status st = o->be->alloc(o->dev.index, bytes, (void **)&d);
+    if (st == MR_OK)
+        st = o->be->copy(o->dev.index, d, h, bytes, o->dev.kind == MR_DEVICE_CPU ? MR_COPY_H2H : MR_COPY_H2D, o->stream);
+    if (st == MR_OK && o->stream) st = o->be->stream_sync(o->stream); /* h is freed below */
+    free(h);
+    if (st != MR_OK) {
+        o->be->free(o->dev.index, d);
+        return st;
+    }
+    o->be->free(o->dev.index, o->bc);
+    o->bc = d;
+    o->bc_last = last;
+    o->bc_steps = saturated ? INT64_MAX : max_steps;
+    return MR_OK;
+}
+
+static mr_status step_args(mr_optim *o, float *params, float *grads, double lr, const int32_t *apply,
+                           const int64_t *step);
+
 mr_status mr_optim_step(mr_optim *o, float *params, float *grads, double lr) {
+    mr_status st = step_args(o, params, grads, lr, NULL, NULL);
+    if (st == MR_OK) o->steps++;
+    return st;
+}
+
+mr_status mr_optim_step_ctl(mr_optim *o, float *params, float *grads, double lr, const int32_t *apply,
+                            const int64_t *step, int64_t bound) {
+    if (!apply || !step) return mr_set_error(MR_ERR_INVALID, "optimizer: the by-pointer update needs apply and step");
+    if (o->cfg.kind != MR_OPTIM_SGD && bound > o->bc_steps)
+        return mr_set_error(MR_ERR_INVALID, "optimizer: step up to %lld, bias corrections reserved for %lld",
+                            (long long)bound, (long long)o->bc_steps);
+    return step_args(o, params, grads, lr, apply, step);
+}
+
+/* One update: by value (apply and step NULL: the host's count o->steps) or by pointer. */
+static mr_status step_args(mr_optim *o, float *params, float *grads, double lr, const int32_t *apply,
+                           const int64_t *step) {
     if (!(lr >= 0) || !isfinite(lr)) return mr_set_error(MR_ERR_INVALID, "optimizer: learning rate %g", lr);
     mr_shape s = mr_shape_1d(o->n);
     mr_op_args a;
     if (o->cfg.kind == MR_OPTIM_SGD) {
         mr_op_args_init(&a, MR_OP_SGD_UPDATE);
         a.p.sgd = (mr_sgd_params){lr, o->cfg.momentum, o->cfg.dampening, o->cfg.weight_decay, o->cfg.nesterov,
-                                  o->steps == 0};
+                                  o->steps == 0, apply, step};
         a.in[2] = (mr_view){o->slot[0], MR_F32, s};
     } else {
         double wd = o->cfg.weight_decay;
         if (o->cfg.kind == MR_OPTIM_ADAM && wd != 0.0) {
-            /* Adam's L2 term joins the gradient (torch.optim.Adam); AdamW's is decoupled */
+            /* Adam's L2 term joins the gradient (torch.optim.Adam); AdamW's is decoupled (on a
+             * skipped by-pointer step it changes only the gradient, which is not used again) */
             mr_status st = mr_vec_axpby(o->dev, o->stream, grads, 1.0f, params, (float)wd, o->n);
             if (st != MR_OK) return st;
             wd = 0.0;
         }
         mr_op_args_init(&a, MR_OP_ADAMW_UPDATE);
-        a.p.adamw = (mr_adamw_params){lr, o->cfg.beta1, o->cfg.beta2, o->cfg.eps, wd, o->steps + 1};
+        a.p.adamw = (mr_adamw_params){lr,   o->cfg.beta1, o->cfg.beta2,       o->cfg.eps, wd, o->steps + 1,
+                                      apply, step,         step ? o->bc : NULL, o->bc_last};
         a.in[2] = (mr_view){o->slot[0], MR_F32, s};
         a.in[3] = (mr_view){o->slot[1], MR_F32, s};
     }
@@ -129,9 +191,7 @@ mr_status mr_optim_step(mr_optim *o, float *params, float *grads, double lr) {
     a.in[1] = (mr_view){grads, MR_F32, s};
     a.device = o->dev.index;
     a.stream = o->stream;
-    mr_status st = mr_op_run(o->dev.kind, &a);
-    if (st == MR_OK) o->steps++;
-    return st;
+    return mr_op_run(o->dev.kind, &a);
 }
 
 /* ---- schedules -------------------------------------------------------------------------------- */

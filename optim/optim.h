@@ -42,6 +42,21 @@ void mr_optim_free(mr_optim *o); /* NULL is a no-op */
 /* One update of params (n) from grads (n) at learning rate lr (the schedule's value); grads may
  * be modified (Adam's L2 term is added in place). */
 mr_status mr_optim_step(mr_optim *o, float *params, float *grads, double lr) MR_WUR;
+/* The update with its decisions on the device (the trainer's step without host synchronisation,
+ * train/train_step.c): apply and step point into dev's memory and are read by the kernel when it
+ * runs: *apply 0 leaves the parameters and the state unchanged; *step is the 1-based update count
+ * this update is (skipped steps not counted), which Adam's bias correction and SGD's first
+ * momentum step use. bound: the largest *step can be when the kernel runs (the caller's count of
+ * steps so far, skipped ones included); Adam needs mr_optim_reserve(o, >= bound) first
+ * (MR_ERR_INVALID otherwise). The host's count (mr_optim_steps) is not advanced: the caller reads
+ * *step back and sets it. The same bits as mr_optim_step at that step. */
+mr_status mr_optim_step_ctl(mr_optim *o, float *params, float *grads, double lr, const int32_t *apply,
+                            const int64_t *step, int64_t bound) MR_WUR;
+/* For mr_optim_step_ctl: Adam's bias corrections for steps 1..max_steps in dev's memory (formed on
+ * the host as the by-value update forms them; 16 bytes a step, up to the step from which both are
+ * exactly 1, which then serves every later step: ~36k steps for beta2 0.999). Waits for the
+ * stream. A no-op for SGD or when max_steps is already covered. */
+mr_status mr_optim_reserve(mr_optim *o, int64_t max_steps) MR_WUR;
 /* Updates done so far (Adam's bias correction uses it); settable for resume. */
 int64_t mr_optim_steps(const mr_optim *o);
 void mr_optim_set_steps(mr_optim *o, int64_t steps);

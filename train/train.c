@@ -733,26 +733,38 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
         const double lr = mr_schedule_lr(&c->schedule, c->optim.lr, tr.step);
         if (apply) MR_TRY(tr_step_update(&tr, &part, lr));
         L.tm.opt += tr_now_s() - t0;
-        mr_trace_end1(tr.trace.train, span_opt, "optimizer", "applied", apply);
+        mr_trace_end1(tr.trace.train, span_opt, "optimizer", "applied", tr.dv.on ? -1 : apply); /* device: unknown */
         /* report */
         const int64_t span_report = mr_trace_begin(tr.trace.train);
-        if (isfinite(loss)) { /* a skipped overflow step does not poison the interval's mean */
+        if (isfinite(loss)) { /* a skipped overflow step does not poison the interval's mean (the
+                               * device path: the device sums, loss is NaN here) */
             tr.loss_sum += loss;
             tr.interval++;
         }
         tr.step++;
         L.timed++;
+        /* the device path reads its decisions back only here (tr_step_sync: one wait, on every
+         * replica alike): before a log line, an evaluation, a checkpoint (tr_dev_pull), the end,
+         * or each step for on_step */
+        const int last = tr.step == c->steps;
+        const int log_now = (c->log_every > 0 && tr.step % c->log_every == 0) || last;
+        if (log_now && c->on_log && tr.rank == 0) {
+            const mr_train_state ts0 = {tr.step, NULL, NULL, NULL, 0, NAN};
+            c->on_log(c->on_log_ctx, &ts0, 0);
+        }
+        if (c->on_step || log_now) MR_TRY(tr_step_sync(&tr));
         if (c->on_step && tr.rank == 0) {
             MR_TRY(tr_dev_pull(&tr)); /* the callback reads the host shadow */
+            if (tr.dv.on) apply = tr.last_apply, loss = tr.last_loss;
             mr_train_state ts = {tr.step, tr.ps, tr.opt, tr.scaling ? &tr.scaler : NULL, !apply, loss};
             c->on_step(c->on_step_ctx, &ts);
         }
-        const int last = tr.step == c->steps;
-        if ((c->log_every > 0 && tr.step % c->log_every == 0) || last) MR_TRY(log_step(&tr, &L, lr, res));
+        if (log_now) MR_TRY(log_step(&tr, &L, lr, res));
         mr_trace_end(tr.trace.train, span_report, "report");
         if (has_eval(c) && ((c->eval_every > 0 && tr.step % c->eval_every == 0) || last)) {
             const int64_t span_eval = mr_trace_begin(tr.trace.train);
             const double te = tr_now_s();
+            MR_TRY(tr_step_sync(&tr)); /* a step that had to stop training fails before */
             MR_TRY(tr_bufs_broadcast(&tr)); /* replica 0's running statistics are the model's */
             MR_TRY(evaluate(c, tr.steps, &tr.dv, micro, comm, res));
             log_eval(c, L.metrics, &L.tb, tr.step, tr_now_s() - tr.time_origin, res);
@@ -774,6 +786,13 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
             mr_trace_end(tr.trace.train, span_ckpt, "checkpoint_save");
             L.t_last += tr_now_s() - t1; /* saving is not training throughput (it has its own log line) */
         }
+        if (log_now) MR_TRY(tr_step_ctl_push(&tr)); /* now, not in the next step: the log step's own work */
+        if (log_now && c->on_log && tr.rank == 0) {
+            MR_TRY(tr_dev_pull(&tr));
+            const mr_train_state ts1 = {tr.step, tr.ps, tr.opt, tr.scaling ? &tr.scaler : NULL,
+                                        tr.dv.on ? !tr.last_apply : !apply, tr.dv.on ? tr.last_loss : loss};
+            c->on_log(c->on_log_ctx, &ts1, 1);
+        }
         mr_trace_end1(tr.trace.train, span_step, "step", "step", tr.step);
         MR_TRY(tr_trace_step_end(&tr, last || stop || early)); /* after its last step (or the run's) it closes */
         if (early) {
@@ -789,6 +808,7 @@ static mr_status train_replica(const mr_train_cfg *cfg, mr_comm *comm, mr_train_
             break;
         }
     }
+    MR_TRY(tr_step_sync(&tr)); /* after a stop without a checkpoint: the scaler, the skips */
     if (resume && (res->resumed_from == c->steps || stopped_before)) {
         /* the checkpoint is the end of this run: nothing to train; report its evaluation
          * (stopped_before implies a checkpoint before train.steps) */

@@ -134,6 +134,13 @@ typedef struct mr_train_cfg {
     void *on_step_ctx;
     int64_t inject_nonfinite_at;
     const char *inject_nonfinite_param;
+    /* Tests: at each log step on replica 0, on_log(ctx, state, 0) before the host reads anything
+     * back (state: step only, the rest NULL or 0), and on_log(ctx, state, 1) once the log step's
+     * work (read-back, log line, evaluation, checkpoint) is done, with the whole state; unlike
+     * on_step it leaves the steps between log steps alone (what the device path does there is
+     * what a test of "no host synchronisation between log steps" counts). */
+    void (*on_log)(void *ctx, const struct mr_train_state *state, int done);
+    void *on_log_ctx;
 } mr_train_cfg;
 
 /* What on_step sees on replica 0 (borrowed for the call): the registry (parameters by name), the optimizer

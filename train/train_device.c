@@ -9,9 +9,10 @@
  * here but the CUDA kernels and copies themselves.
  *
  * Input batches: a pinned host staging buffer per input, then an asynchronous copy on the
- * replica's stream. The loss is read back once a step (the trainer's decisions, skip or clip,
- * are made on the host), which synchronises the stream; the next batch's staging copy runs on the
- * host while nothing is queued, so there is no copy/compute overlap yet: see the note on issue 8. */
+ * replica's stream; an event says when the staging may be written again. Nothing is read back
+ * during a steady step (the trainer's decisions, skip or clip, are taken on the device:
+ * train_step.c), so the host enqueues ahead until a staging buffer is still being copied from;
+ * the copy runs on the compute stream, so there is no copy/compute overlap yet (issue 16, item 3). */
 #include "train/train_impl.h"
 #include "core/log.h"
 #include "core/vec.h"
@@ -91,16 +92,22 @@ mr_status tr_dev_init(trainer *t, int with_optim) {
     MR_TRY(dev_alloc(dv, pb, (void **)&dv->d_params));
     MR_TRY(dev_alloc(dv, pb, (void **)&dv->d_grads));
     if (c->accumulate > 1) MR_TRY(dev_alloc(dv, pb, (void **)&dv->d_acc));
-    MR_TRY(dev_alloc(dv, sizeof(float), (void **)&dv->d_loss_scale));
+    MR_TRY(dev_alloc(dv, sizeof *dv->d_ctl, (void **)&dv->d_ctl));
+    dv->h_ctl = calloc(1, sizeof *dv->h_ctl);
+    MR_CHECK(dv->h_ctl, MR_ERR_NOMEM, "trainer: out of host memory");
     MR_TRY(dev_alloc(dv, MR_VEC_SCRATCH * sizeof(double), (void **)&dv->d_scratch));
-    dv->loss_scale = 0.0f; /* not yet set: the first tr_dev_set_loss_scale copies */
-    MR_TRY(mr_steps_set_device(t->steps, dv->dev, dv->stream, dv->d_params, dv->d_grads, dv->d_loss_scale));
+    /* the backward reads the loss scale the device's scaler keeps (tr_step_ctl_push sets it first) */
+    MR_TRY(mr_steps_set_device(t->steps, dv->dev, dv->stream, dv->d_params, dv->d_grads, &dv->d_ctl->scale_f32));
     dv->n_bufs = mr_params_buffer_numel(mr_params_bufs(t->ps));
     if (dv->n_bufs > 0) {
         MR_TRY(dev_alloc(dv, (size_t)dv->n_bufs * sizeof(float), (void **)&dv->d_bufs));
         MR_TRY(mr_steps_set_device_bufs(t->steps, dv->d_bufs));
     }
-    if (with_optim) MR_TRY(mr_optim_new_on(&c->optim, t->n, dv->dev, dv->stream, &dv->opt));
+    if (with_optim) {
+        MR_TRY(mr_optim_new_on(&c->optim, t->n, dv->dev, dv->stream, &dv->opt));
+        /* Adam's bias corrections for every step the run can reach (the step count is the device's) */
+        MR_TRY(mr_optim_reserve(dv->opt, c->steps));
+    }
     if (!c->quiet) {
         char name[32];
         mr_log_info("training on %s (device path: parameters, gradients and optimizer state on the device)",
@@ -121,6 +128,7 @@ void tr_dev_free(trainer *t) {
         dv->be->free(dv->dev.index, dv->in[i].d_y);
         host_free(dv, dv->in[i].h_x);
         host_free(dv, dv->in[i].h_y);
+        if (dv->in[i].ev) dv->be->event_free(dv->in[i].ev);
     }
     free(dv->h_read);
     dv->be->free(dv->dev.index, dv->d_acc);
@@ -130,7 +138,8 @@ void tr_dev_free(trainer *t) {
     }
     dv->be->free(dv->dev.index, dv->d_params);
     dv->be->free(dv->dev.index, dv->d_grads);
-    dv->be->free(dv->dev.index, dv->d_loss_scale);
+    dv->be->free(dv->dev.index, dv->d_ctl);
+    free(dv->h_ctl);
     dv->be->free(dv->dev.index, dv->d_bufs);
     dv->be->free(dv->dev.index, dv->d_scratch);
     if (dv->stream) dv->be->stream_free(dv->stream);
@@ -187,6 +196,7 @@ mr_status tr_dev_push(trainer *t) {
                         dv->stream));
     MR_TRY(copy_optim(t, 1));
     MR_TRY(tr_dev_bufs(t, 1));
+    MR_TRY(tr_step_ctl_push(t)); /* the scaler and the step count loaded */
     /* the host buffers may change as soon as we return */
     MR_TRY(dv->be->stream_sync(dv->stream));
 fail:
@@ -197,6 +207,8 @@ mr_status tr_dev_pull(trainer *t) {
     mr_status st = MR_OK;
     tr_device *dv = &t->dv;
     if (!dv->on) return MR_OK;
+    /* the decisions first: a step that had to stop training fails here, before a checkpoint */
+    MR_TRY(tr_step_sync(t));
     MR_TRY(dv->be->copy(dv->dev.index, mr_params_buffer(t->ps), dv->d_params, (size_t)t->n * sizeof(float),
                         to_host(dv), dv->stream));
     MR_TRY(copy_optim(t, 0));
@@ -244,12 +256,20 @@ mr_status tr_dev_feed(tr_device *dv, mr_step *s, const void *x, const void *y) {
         MR_TRY(dv->be->copy(0, in->d_y, y, in->by, MR_COPY_H2H, NULL));
         return MR_OK;
     }
-    /* the staging buffers were last read by the previous batch's copy, which completed before
-     * that step's loss was read back (the stream was synchronised) */
+    /* the staging buffers were last read by the previous batch's copy: wait for it only when it
+     * has not completed yet (nothing reads the step's results back, so the host may be ahead) */
+    if (in->ev) {
+        int done = 0;
+        MR_TRY(dv->be->event_query(in->ev, &done));
+        if (!done) MR_TRY(dv->be->event_sync(in->ev));
+    } else {
+        MR_TRY(dv->be->event_new(dv->dev.index, &in->ev));
+    }
     memcpy(in->h_x, x, in->bx);
     memcpy(in->h_y, y, in->by);
     MR_TRY(dv->be->copy(dv->dev.index, in->d_x, in->h_x, in->bx, MR_COPY_H2D, dv->stream));
     MR_TRY(dv->be->copy(dv->dev.index, in->d_y, in->h_y, in->by, MR_COPY_H2D, dv->stream));
+    MR_TRY(dv->be->event_record(in->ev, dv->stream));
 fail:
     return st;
 }
@@ -277,12 +297,7 @@ fail:
 }
 
 mr_status tr_dev_set_loss_scale(trainer *t, mr_step *s, float scale) {
-    tr_device *dv = &t->dv;
-    s->loss_scale = scale;
-    if (!dv->on || dv->loss_scale == scale) return MR_OK;
-    /* a pageable source: the copy has read it when the call returns */
-    mr_status st = dv->be->copy(dv->dev.index, dv->d_loss_scale, &s->loss_scale, sizeof(float), to_dev(dv), dv->stream);
-    if (st == MR_OK && dv->dev.kind != MR_DEVICE_CPU) st = dv->be->stream_sync(dv->stream);
-    if (st == MR_OK) dv->loss_scale = scale;
-    return st;
+    s->loss_scale = scale; /* the device path reads d_ctl->scale_f32 instead, which its scaler sets */
+    (void)t;
+    return MR_OK;
 }

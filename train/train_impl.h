@@ -12,6 +12,7 @@
 #include "distribute/sync_hook.h"
 #include "train/tb.h"
 #include "train/train.h"
+#include "core/vec.h"
 
 typedef struct tr_pipeline {
     mr_dataset *ds;
@@ -30,6 +31,7 @@ typedef struct tr_dev_inputs {
     void *d_x, *d_y;      /* device copies of the batch */
     void *h_x, *h_y;      /* pinned host staging */
     size_t bx, by;
+    mr_event *ev;         /* recorded after the staging was last copied from (NULL: never) */
 } tr_dev_inputs;
 
 typedef struct tr_device {
@@ -37,11 +39,17 @@ typedef struct tr_device {
     mr_device dev;
     const mr_backend *be;
     mr_stream *stream;
-    float *d_params, *d_grads, *d_acc, *d_loss_scale;
+    float *d_params, *d_grads, *d_acc;
+    /* The step's decisions (core/math/ctl_math.h) on the device, its host copy as last read
+     * (tr_step_sync), ctl_read: the device has run steps since (a read is due before the host
+     * uses the scaler, the loss or the step count), ctl_push: the host's state must be written
+     * to the device before the next step (tr_step_ctl_push). The backward reads the loss scale
+     * from d_ctl->scale_f32. */
+    mr_step_ctl *d_ctl, *h_ctl;
+    int ctl_read, ctl_push;
     float *d_bufs;          /* the model's buffers (mr_params_bufs: batch norm's running statistics) */
     int64_t n_bufs;         /* their floats (mr_params_buffer_numel; 0: the model has none) */
     double *d_scratch;      /* MR_VEC_SCRATCH doubles (mr_vec_sumsq) */
-    float loss_scale;       /* the value *d_loss_scale holds */
     mr_optim *opt;          /* the optimizer whose state is on dev */
     mr_comm *gcomm;         /* gradient all-reduce: NCCL on a GPU; the host communicator on the CPU */
     int own_gcomm;          /* gcomm was created here (NCCL) */
@@ -128,6 +136,9 @@ typedef struct trainer {
     int32_t *d_bad;
     int32_t *bwd_order, *h_flag;
     int64_t *h_count;
+    int32_t *d_order;       /* bwd_order in gdev's memory (the device path's check, mr_vec_ctl_check) */
+    double last_loss;       /* the device path: the last step's loss and whether it was applied, as */
+    int last_apply;         /* of the last tr_step_sync (on_step reads them) */
     tr_trace trace;         /* the trace window (log.trace) */
     FILE *data_log;         /* MIRROR_DATA_LOG's per-replica sample log (train_data.c); NULL: off */
 } trainer;
@@ -152,7 +163,8 @@ mr_status tr_dev_feed(tr_device *dv, mr_step *s, const void *x, const void *y) M
 /* The bytes of kept value v of step s after a run, as a host pointer valid until the next call
  * (the plan's own memory on the host path; a copy, after waiting for the stream, on a device). */
 mr_status tr_dev_read(tr_device *dv, mr_step *s, mr_val v, size_t bytes, const void **out) MR_WUR;
-/* Sets the loss scale the training steps read. */
+/* Sets the loss scale the training steps read (the host path; on the device path the device's
+ * loss scaler sets it, d_ctl->scale_f32). */
 mr_status tr_dev_set_loss_scale(trainer *t, mr_step *s, float scale) MR_WUR;
 
 /* Writes the run's state to path (atomically; checkpoint/ckpt.h). Collective over t->comm: the
@@ -229,6 +241,18 @@ mr_status tr_step_check(trainer *t, double loss, const mr_ddp_part *part, int *a
 /* Clipping (the global norm over every replica's part) and the optimizer step at lr, then the
  * parameter shards to every replica (ZeRO-1). */
 mr_status tr_step_update(trainer *t, const mr_ddp_part *part, double lr) MR_WUR;
+/* The device path (t->dv.on) takes the decisions of tr_step_check and tr_step_update on the
+ * device (t->dv.d_ctl): the loss, the finite check's verdict, the loss scaler, the skip and the
+ * clip factor never come to the host during a step, so a steady step does not wait for the
+ * device. tr_step_sync reads them back (one wait) where the host needs them: it logs the skip
+ * warnings of the steps since the last read, fails as tr_step_check would have at the first step
+ * that had to stop training (the device skipped every step after it, so the parameters are the
+ * last good ones), and sets t->scaler, t->loss_sum, t->interval, the optimizer's step count,
+ * t->last_loss and t->last_apply. A no-op on the host path or when no step ran since. */
+mr_status tr_step_sync(trainer *t) MR_WUR;
+/* The host's scaler, loss sums and optimizer step count to the device's control block (after a
+ * load, and after tr_step_sync before the next step). A no-op on the host path. */
+mr_status tr_step_ctl_push(trainer *t) MR_WUR;
 
 double tr_now_s(void);
 

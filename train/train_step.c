@@ -76,6 +76,10 @@ mr_status tr_step_init(trainer *t, const mr_step *s) {
     MR_TRY(t->gbe->alloc(t->gdev.index, sizeof *t->d_bad * (size_t)np, (void **)&t->d_bad));
     MR_TRY(t->gbe->copy(t->gdev.index, t->d_seg, h_seg, sizeof *h_seg * (size_t)np, h2d, t->stream));
     MR_TRY(t->gbe->memset_zero(t->gdev.index, t->d_bad, sizeof *t->d_bad * (size_t)np, t->stream));
+    if (t->dv.on) { /* the device's check walks the flags in backward order */
+        MR_TRY(t->gbe->alloc(t->gdev.index, sizeof *t->d_order * (size_t)np, (void **)&t->d_order));
+        MR_TRY(t->gbe->copy(t->gdev.index, t->d_order, t->bwd_order, sizeof *t->d_order * (size_t)np, h2d, t->stream));
+    }
     MR_TRY(t->gbe->stream_sync(t->stream)); /* h_seg is freed below */
     t->n_seg = np;
 fail:
@@ -88,11 +92,12 @@ void tr_step_free(trainer *t) {
     if (t->gbe) {
         t->gbe->free(t->gdev.index, t->d_seg);
         t->gbe->free(t->gdev.index, t->d_bad);
+        t->gbe->free(t->gdev.index, t->d_order);
     }
     free(t->bwd_order);
     free(t->h_flag);
     free(t->h_count);
-    t->d_seg = NULL, t->d_bad = NULL, t->bwd_order = NULL, t->h_flag = NULL, t->h_count = NULL;
+    t->d_seg = NULL, t->d_bad = NULL, t->d_order = NULL, t->bwd_order = NULL, t->h_flag = NULL, t->h_count = NULL;
     t->n_seg = 0;
 }
 
@@ -161,6 +166,42 @@ static void describe(const char *grads, double loss, char *buf, size_t cap) {
                  nonfinite(loss));
 }
 
+/* Without loss scaling, a step that was not finite: the run stops (grads: grads_report's words). */
+static mr_status nonfinite_error(const trainer *t, long long step, const char *grads, double loss) {
+    if (isfinite(loss)) /* a finite loss whose backward overflowed: applied, it would make every
+                         * parameter NaN, and a checkpoint of this step would keep them */
+        return mr_set_error(MR_ERR_NUMERIC,
+                            "step %lld: %s, with a finite loss (%g): the backward overflowed (this step was not "
+                            "applied); HINT: lower optimizer.lr or set optimizer.grad_clip (a non-finite gradient "
+                            "cannot be clipped)",
+                            step, grads[0] ? grads : "non-finite gradients", loss);
+    return mr_set_error(MR_ERR_NUMERIC,
+                        "non-finite loss (%s) at step %lld%s%s; HINT: lower optimizer.lr or set optimizer.grad_clip%s",
+                        nonfinite(loss), step, grads[0] ? ": " : "", grads,
+                        t->gdev.kind == MR_DEVICE_CUDA
+                            ? " (on a GPU a label or token id outside [0, classes or vocab) also gives a NaN loss)"
+                            : "");
+}
+
+/* With loss scaling, a step that was not finite at the scale's floor (what: describe's words):
+ * skipping for ever would train nothing; the update was never applied, so the parameters and the
+ * last checkpoint are the last good ones. */
+static mr_status floor_error(const trainer *t, long long step, const char *what) {
+    const mr_train_cfg *c = &t->c;
+    char clip[64], last[160];
+    if (c->grad_clip > 0) snprintf(clip, sizeof clip, "lower optimizer.grad_clip (%g)", c->grad_clip);
+    else snprintf(clip, sizeof clip, "set optimizer.grad_clip");
+    if (t->scaler.min_scale > 1)
+        snprintf(last, sizeof last, "%s, or lower precision.loss_scale.min (%g)", clip, t->scaler.min_scale);
+    else snprintf(last, sizeof last, "or %s", clip);
+    return mr_set_error(MR_ERR_NUMERIC,
+                        "step %lld: %s, with the loss scale already at its floor (precision.loss_scale.min %g), "
+                        "so training stops instead of skipping every step (this step was not applied); HINT: "
+                        "use precision.policy: mixed_bfloat16 (float32's range, no loss scaling), lower "
+                        "optimizer.lr (%g), %s",
+                        step, what, t->scaler.min_scale, c->optim.lr, last);
+}
+
 /* The test hook (mr_train_cfg.inject_nonfinite_at): +inf into g (n floats on gdev), at the middle
  * of the buffer or of each parameter named by inject_nonfinite_param. */
 static mr_status inject_nonfinite(trainer *t, float *g) {
@@ -189,6 +230,8 @@ fail:
 mr_status tr_step_forward_backward(trainer *t, mr_step *s, tr_times *tm, double *loss, float **g) {
     mr_status st = MR_OK;
     const mr_train_cfg *c = &t->c;
+    if (t->dv.ctl_push) MR_TRY(tr_step_ctl_push(t)); /* what the host changed since its last read */
+    t->dv.ctl_read = t->dv.on;
     /* kernels on the CPU are synchronous, so the forward is timed apart; on a GPU the whole step
      * is one run (a captured graph) and forward_s times both, once the loss is back */
     const int32_t nf = t->gdev.kind == MR_DEVICE_CPU ? s->n_forward : 0;
@@ -217,13 +260,19 @@ mr_status tr_step_forward_backward(trainer *t, mr_step *s, tr_times *tm, double 
         const int64_t s2 = nf > 0 ? mr_trace_begin(k) : s1; /* on a GPU one run does both */
         MR_TRY(mr_ddp_backward(t->ddp, run_range, s->plan, nf, mr_plan_num_kernels(s->plan)));
         const void *hl = NULL;
-        MR_TRY(tr_dev_read(&t->dv, s, s->io.loss, sizeof(float), &hl)); /* waits for the device */
+        if (t->dv.on) { /* the loss stays on the device (mr_step_ctl), nothing waits */
+            const float *dl = mr_plan_data(s->plan, s->io.loss);
+            MR_CHECK(dl, MR_ERR_INTERNAL, "trainer: the step's loss is not kept");
+            MR_TRY(mr_vec_ctl_loss(t->gdev, t->stream, t->dv.d_ctl, dl, m, c->accumulate));
+        } else {
+            MR_TRY(tr_dev_read(&t->dv, s, s->io.loss, sizeof(float), &hl));
+        }
         mr_trace_end1(k, s2, nf > 0 ? "backward" : "forward_backward", "micro", m);
         const double t3 = tr_now_s();
         tm->data += t1 - t0;
         tm->fwd += (nf > 0 ? t2 : t3) - t1;
         tm->bwd += nf > 0 ? t3 - t2 : 0.0;
-        *loss += *(const float *)hl;
+        if (hl) *loss += *(const float *)hl;
         if (t->acc) {
             /* the gradients of micro-batch means, averaged: the gradient of the batch mean */
             const float w = 1.0f / (float)c->accumulate;
@@ -232,7 +281,7 @@ mr_status tr_step_forward_backward(trainer *t, mr_step *s, tr_times *tm, double 
             mr_trace_end1(k, s3, "accumulate", "micro", m);
         }
     }
-    *loss /= (double)c->accumulate;
+    *loss = t->dv.on ? NAN : *loss / (double)c->accumulate; /* the device path: on the device */
     *g = t->acc ? t->acc : t->grads;
     if (c->inject_nonfinite_at == t->step + 1) /* on every replica, before the exchange */
         MR_TRY(inject_nonfinite(t, *g));
@@ -252,10 +301,134 @@ mr_status tr_step_exchange(trainer *t, float *g, double *loss, int *stop, mr_ddp
     if (t->comm) {
         *loss = agree[0] / (double)t->world;
         *stop = agree[1] > 0;
+        if (t->dv.on) { /* the device's losses summed on the device (mr_ctl_check divides) */
+            if (t->gdev.kind == MR_DEVICE_CUDA) MR_TRY(t->gbe->stream_sync(t->stream)); /* comm_nccl's own stream */
+            MR_TRY(mr_comm_allreduce(t->dv.gcomm, &t->dv.d_ctl->loss, 1, MR_F64, MR_REDUCE_SUM));
+        }
         tm->comm += tr_now_s() - t0;
     }
 fail:
     return st;
+}
+
+/* ---- the device path: the decisions on the device ------------------------------------------- */
+
+/* tr_step_check's work enqueued: the sum of squares with the flags, the verdict and the scaler,
+ * the unscale when applied (the update itself reads apply, tr_step_update). */
+static mr_status check_dev(trainer *t, const mr_ddp_part *part) {
+    mr_status st = MR_OK;
+    mr_step_ctl *ctl = t->dv.d_ctl;
+    MR_ASSERT(part->off == 0 && part->n == t->n); /* no ZeRO-1 on the device path */
+    MR_TRY(mr_vec_sumsq_to(t->gdev, t->stream, part->g, part->n, t->n_seg ? t->d_seg : NULL, t->n_seg, t->d_bad,
+                           t->d_scratch, &ctl->sumsq));
+    const mr_ctl_cfg k = {.step = t->step + 1,
+                          .world = t->comm ? (double)t->world : 1.0,
+                          .scaling = t->scaling,
+                          .nparam = t->n_seg,
+                          .growth_factor = t->scaler.growth_factor,
+                          .backoff_factor = t->scaler.backoff_factor,
+                          .min_scale = t->scaler.min_scale,
+                          .growth_interval = t->scaler.growth_interval};
+    MR_TRY(mr_vec_ctl_check(t->gdev, t->stream, ctl, k, t->d_bad, t->d_order));
+    if (t->scaling) MR_TRY(mr_vec_scale_if(t->gdev, t->stream, part->g, &ctl->unscale, &ctl->apply, part->n));
+fail:
+    return st;
+}
+
+/* tr_step_update's work enqueued: the clip factor from the device's sums, the update by pointer. */
+static mr_status update_dev(trainer *t, const mr_ddp_part *part, double lr) {
+    mr_status st = MR_OK;
+    mr_step_ctl *ctl = t->dv.d_ctl;
+    const double max_norm = t->c.grad_clip;
+    if (max_norm > 0) { /* the check's sum when the values are the same (no loss scaling) */
+        if (t->scaling)
+            MR_TRY(mr_vec_sumsq_to(t->gdev, t->stream, part->g, part->n, NULL, 0, NULL, t->d_scratch, &ctl->clip_sumsq));
+        MR_TRY(mr_vec_ctl_clip(t->gdev, t->stream, ctl, max_norm, t->scaling));
+        MR_TRY(mr_vec_scale_if(t->gdev, t->stream, part->g, &ctl->clip, &ctl->clip_on, part->n));
+    }
+    MR_TRY(mr_optim_step_ctl(t->wopt, t->params + part->off, part->g, lr, &ctl->apply, &ctl->updates, t->step + 1));
+fail:
+    return st;
+}
+
+/* The text of a step that was not finite (grads_report's words from the device's record). */
+static void event_grads(const trainer *t, const mr_ctl_event *e, char *buf, size_t cap) {
+    buf[0] = '\0';
+    if (e->first < 0 || e->first >= t->n_seg) return;
+    char more[48];
+    if (e->bad > 1) snprintf(more, sizeof more, "first of %d in backward order", (int)e->bad);
+    else snprintf(more, sizeof more, "the only one");
+    snprintf(buf, cap, "non-finite gradients in %s (%s)", mr_params_name(t->ps, e->first), more);
+}
+
+static mr_status fail_nonfinite(const trainer *t, const mr_ctl_event *e, int floor);
+
+mr_status tr_step_ctl_push(trainer *t) {
+    mr_status st = MR_OK;
+    tr_device *dv = &t->dv;
+    if (!dv->on) return MR_OK;
+    MR_TRY(tr_step_sync(t)); /* nothing the device decided since its last read is lost */
+    mr_step_ctl *h = dv->h_ctl;
+    memset(h, 0, sizeof *h);
+    h->scale = t->scaling ? t->scaler.scale : 1.0;
+    h->scale_f32 = t->scaling ? (float)t->scaler.scale : 1.0f;
+    h->good_steps = t->scaler.good_steps;
+    h->skipped = t->scaler.skipped;
+    h->updates = t->wopt ? mr_optim_steps(t->wopt) : 0;
+    h->loss_sum = t->loss_sum;
+    h->interval = t->interval;
+    h->unscale = h->clip = 1.0f;
+    const mr_copy_kind h2d = dv->dev.kind == MR_DEVICE_CPU ? MR_COPY_H2H : MR_COPY_H2D;
+    MR_TRY(dv->be->copy(dv->dev.index, dv->d_ctl, h, sizeof *h, h2d, dv->stream));
+    MR_TRY(dv->be->stream_sync(dv->stream)); /* h is read again by the next tr_step_sync */
+    dv->ctl_push = 0;
+fail:
+    return st;
+}
+
+mr_status tr_step_sync(trainer *t) {
+    mr_status st = MR_OK;
+    tr_device *dv = &t->dv;
+    if (!dv->on || !dv->ctl_read) return MR_OK;
+    mr_step_ctl *h = dv->h_ctl;
+    const mr_copy_kind d2h = dv->dev.kind == MR_DEVICE_CPU ? MR_COPY_H2H : MR_COPY_D2H;
+    MR_TRY(dv->be->copy(dv->dev.index, h, dv->d_ctl, sizeof *h, d2h, dv->stream));
+    MR_TRY(dv->be->stream_sync(dv->stream));
+    dv->ctl_read = 0;
+    dv->ctl_push = 1; /* the events read are cleared, and the host may change the sums */
+    const int kept = h->n_events < MR_CTL_EVENTS ? h->n_events : MR_CTL_EVENTS;
+    for (int i = 0; i < kept && !t->c.quiet; i++) {
+        const mr_ctl_event *e = &h->events[i];
+        char grads[512], what[768];
+        event_grads(t, e, grads, sizeof grads);
+        describe(grads, e->loss, what, sizeof what);
+        mr_log_warn("step %lld skipped: %s, loss scale %g -> %g", (long long)e->step, what, e->scale_before,
+                    e->scale_after);
+    }
+    if (h->n_events > kept && !t->c.quiet)
+        mr_log_warn("%d more steps skipped before step %lld (non-finite gradients; the device records the first %d "
+                    "between two log steps)", (int)(h->n_events - kept), (long long)t->step, MR_CTL_EVENTS);
+    t->scaler.scale = h->scale;
+    t->scaler.good_steps = h->good_steps;
+    t->scaler.skipped = h->skipped;
+    t->loss_sum = h->loss_sum;
+    t->interval = h->interval;
+    if (t->wopt) mr_optim_set_steps(t->wopt, h->updates);
+    t->last_loss = h->loss;
+    t->last_apply = h->apply;
+    if (h->stop.step != 0) return fail_nonfinite(t, &h->stop, h->stop_floor);
+fail:
+    return st;
+}
+
+/* tr_step_check's errors. */
+static mr_status fail_nonfinite(const trainer *t, const mr_ctl_event *e, int floor) {
+    const long long step = (long long)e->step;
+    char grads[512], what[768];
+    event_grads(t, e, grads, sizeof grads);
+    if (!floor) return nonfinite_error(t, step, grads, e->loss);
+    describe(grads, e->loss, what, sizeof what);
+    return floor_error(t, step, what);
 }
 
 mr_status tr_step_check(trainer *t, double loss, const mr_ddp_part *part, int *apply) {
@@ -265,6 +438,7 @@ mr_status tr_step_check(trainer *t, double loss, const mr_ddp_part *part, int *a
     char grads[512], what[768];
     *apply = 1;
     t->check_sumsq = NAN;
+    if (t->dv.on) return check_dev(t, part);
     if (!t->scaling) {
         double sumsq = 0;
         int finite = 0;
@@ -275,19 +449,7 @@ mr_status tr_step_check(trainer *t, double loss, const mr_ddp_part *part, int *a
             return MR_OK;
         }
         MR_TRY(grads_report(t, grads, sizeof grads));
-        if (isfinite(loss)) /* a finite loss whose backward overflowed: applied, it would make every
-                             * parameter NaN, and a checkpoint of this step would keep them */
-            return mr_set_error(MR_ERR_NUMERIC,
-                                "step %lld: %s, with a finite loss (%g): the backward overflowed (this step was not "
-                                "applied); HINT: lower optimizer.lr or set optimizer.grad_clip (a non-finite gradient "
-                                "cannot be clipped)",
-                                step, grads[0] ? grads : "non-finite gradients", loss);
-        return mr_set_error(MR_ERR_NUMERIC,
-                            "non-finite loss (%s) at step %lld%s%s; HINT: lower optimizer.lr or set optimizer.grad_clip%s",
-                            nonfinite(loss), step, grads[0] ? ": " : "", grads,
-                            t->gdev.kind == MR_DEVICE_CUDA
-                                ? " (on a GPU a label or token id outside [0, classes or vocab) also gives a NaN loss)"
-                                : "");
+        return nonfinite_error(t, step, grads, loss);
     }
     /* one pass: the sum of squares is inf or NaN exactly when a gradient is, and the parameters
      * whose gradients are not finite are flagged on the way (no extra pass, nothing stored when
@@ -307,22 +469,7 @@ mr_status tr_step_check(trainer *t, double loss, const mr_ddp_part *part, int *a
     MR_TRY(grads_report(t, grads, sizeof grads));
     describe(grads, loss, what, sizeof what);
     *apply = mr_loss_scaler_update(&t->scaler, 0);
-    if (scale <= t->scaler.min_scale) {
-        /* skipping for ever would train nothing; the update was never applied, so the parameters
-         * and the last checkpoint are the last good ones */
-        char clip[64], last[160];
-        if (c->grad_clip > 0) snprintf(clip, sizeof clip, "lower optimizer.grad_clip (%g)", c->grad_clip);
-        else snprintf(clip, sizeof clip, "set optimizer.grad_clip");
-        if (t->scaler.min_scale > 1)
-            snprintf(last, sizeof last, "%s, or lower precision.loss_scale.min (%g)", clip, t->scaler.min_scale);
-        else snprintf(last, sizeof last, "or %s", clip);
-        return mr_set_error(MR_ERR_NUMERIC,
-                            "step %lld: %s, with the loss scale already at its floor (precision.loss_scale.min %g), "
-                            "so training stops instead of skipping every step (this step was not applied); HINT: "
-                            "use precision.policy: mixed_bfloat16 (float32's range, no loss scaling), lower "
-                            "optimizer.lr (%g), %s",
-                            step, what, t->scaler.min_scale, c->optim.lr, last);
-    }
+    if (scale <= t->scaler.min_scale) return floor_error(t, step, what);
     if (!c->quiet) mr_log_warn("step %lld skipped: %s, loss scale %g -> %g", step, what, scale, t->scaler.scale);
 fail:
     return st;
@@ -331,6 +478,7 @@ fail:
 mr_status tr_step_update(trainer *t, const mr_ddp_part *part, double lr) {
     mr_status st = MR_OK;
     const double max_norm = t->c.grad_clip;
+    if (t->dv.on) return update_dev(t, part, lr);
     if (max_norm > 0) { /* torch.nn.utils.clip_grad_norm_ over every replica's part */
         double sumsq = t->check_sumsq; /* the finite check's, of these very values (no loss scaling) */
         if (isnan(sumsq)) MR_TRY(mr_vec_sumsq(t->gdev, t->stream, part->g, part->n, t->d_scratch, &sumsq));

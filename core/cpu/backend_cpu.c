@@ -128,6 +128,12 @@ static mr_status cpu_event_sync(mr_event *e) {
     return MR_OK;
 }
 
+static mr_status cpu_event_query(mr_event *e, int *done) {
+    (void)e;
+    *done = 1;
+    return MR_OK;
+}
+
 static const mr_backend g_cpu = {
     .name = "cpu",
     .kind = MR_DEVICE_CPU,
@@ -146,6 +152,7 @@ static const mr_backend g_cpu = {
     .event_sync = cpu_event_sync,
     .host_alloc = cpu_host_alloc,
     .host_free = cpu_host_free,
+    .event_query = cpu_event_query,
 };
 
 const mr_backend *mr_cpu_backend(void) { return &g_cpu; }

@@ -51,12 +51,18 @@ mr_status mr_sgd_update_cpu(const mr_op_args *a) {
     float *param = a->in[0].data, *buf = a->p.sgd.momentum == 0.0 ? NULL : a->in[2].data;
     const float *grad = a->in[1].data;
     int64_t n = mr_shape_numel(&a->in[0].shape);
+    mr_sgd_params p = a->p.sgd;
+    if (p.apply && !*p.apply) return MR_OK; /* by pointer: a skipped step */
+    if (p.step) p.first_step = *p.step == 1;
     void (*fn)(float *, const float *, float *, int64_t, int64_t, const mr_sgd_params *) =
         mr_cpu_caps_get()->avx512f ? sgd_block_512 : sgd_block_def;
 #pragma omp parallel for schedule(static) if (n > OPTIM_PAR_MIN)
-    for (int64_t b0 = 0; b0 < n; b0 += OPTIM_BLOCK) fn(param, grad, buf, b0, n - b0 < OPTIM_BLOCK ? n : b0 + OPTIM_BLOCK, &a->p.sgd);
+    for (int64_t b0 = 0; b0 < n; b0 += OPTIM_BLOCK) fn(param, grad, buf, b0, n - b0 < OPTIM_BLOCK ? n : b0 + OPTIM_BLOCK, &p);
     return MR_OK;
 }
+
+/* The bias-correction entry of the by-pointer step (ops.h mr_adamw_params). */
+static int64_t bc_at(const mr_adamw_params *p) { return *p->dstep < p->bc_last ? *p->dstep : p->bc_last; }
 
 /* param (n), grad (n), exp_avg (n), exp_avg_sq (n), f32. */
 mr_status mr_adamw_update_cpu(const mr_op_args *a) {
@@ -66,7 +72,11 @@ mr_status mr_adamw_update_cpu(const mr_op_args *a) {
     float *param = a->in[0].data, *m = a->in[2].data, *v = a->in[3].data;
     const float *grad = a->in[1].data;
     int64_t n = mr_shape_numel(&a->in[0].shape);
-    const mr_adamw_consts_f32 c = mr_adamw_prepare_f32(p->lr, p->beta1, p->beta2, p->eps, p->weight_decay, p->step);
+    if (p->apply && !*p->apply) return MR_OK; /* by pointer: a skipped step */
+    const mr_adamw_consts_f32 c =
+        p->dstep ? mr_adamw_prepare_bc_f32(p->lr, p->beta1, p->beta2, p->eps, p->weight_decay, p->bc[2 * bc_at(p)],
+                                           p->bc[2 * bc_at(p) + 1])
+                 : mr_adamw_prepare_f32(p->lr, p->beta1, p->beta2, p->eps, p->weight_decay, p->step);
     void (*fn)(float *, const float *, float *, float *, int64_t, int64_t, mr_adamw_consts_f32) =
         mr_cpu_caps_get()->avx512f ? adamw_block_512 : adamw_block_def;
 #pragma omp parallel for schedule(static) if (n > OPTIM_PAR_MIN)

@@ -391,6 +391,23 @@ fail:
     return st;
 }
 
+static mr_status cuda_event_query(mr_event *e, int *done) {
+    mr_status st = MR_OK;
+    *done = 0;
+    {
+        cudaError_t r = cudaEventQuery(e->e);
+        if (r == cudaErrorNotReady) {
+            (void)cudaGetLastError(); /* not an error: clear it */
+            return MR_OK;
+        }
+        MR_TRY_CUDA(r);
+    }
+    *done = 1;
+    return MR_OK;
+fail:
+    return st;
+}
+
 static const mr_backend g_cuda = {
     "cuda",
     MR_DEVICE_CUDA,
@@ -409,6 +426,7 @@ static const mr_backend g_cuda = {
     cuda_event_sync,
     cuda_host_alloc,
     cuda_host_free,
+    cuda_event_query,
 };
 
 extern "C" const mr_backend *mr_cuda_backend(void) { return &g_cuda; }

@@ -3,7 +3,8 @@
  *
  * One thread per element runs the per-element update of core/math/unary_math.h, the code the CPU
  * kernel and the reference share. Step-dependent scalars (AdamW's bias corrections) are computed
- * once on the host in f64 and passed in. f32 only: parameters kept in f32 are what is updated;
+ * once on the host in f64 and passed in, or, by pointer (the trainer's device-side step count), read
+ * from a table the host formed the same way. f32 only: parameters kept in f32 are what is updated;
  * mixed precision keeps f32 master weights. */
 #include "core/cuda/cuda_impl.h"
 #include "core/math/unary_math.h"
@@ -14,7 +15,9 @@
 /* param, grad, buf are (n); buf is NULL when momentum == 0 */
 __global__ void mr_sgd_kernel(float *__restrict__ param, const float *__restrict__ grad, float *__restrict__ buf,
                               int64_t n, float lr, float momentum, float dampening, float wd, int nesterov,
-                              int first_step) {
+                              int first_step, const int32_t *apply, const int64_t *step) {
+    if (apply && !*apply) return; /* by pointer: a skipped step */
+    if (step) first_step = *step == 1;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         float b = buf ? buf[i] : 0.0f;
         param[i] = mr_sgd_f32(param[i], grad[i], &b, lr, momentum, dampening, wd, nesterov, first_step);
@@ -24,7 +27,12 @@ __global__ void mr_sgd_kernel(float *__restrict__ param, const float *__restrict
 
 /* param, grad, m, v are (n) */
 __global__ void mr_adamw_kernel(float *__restrict__ param, const float *__restrict__ grad, float *__restrict__ m,
-                                float *__restrict__ v, int64_t n, mr_adamw_consts_f32 c) {
+                                float *__restrict__ v, int64_t n, mr_adamw_consts_f32 c, mr_adamw_params p) {
+    if (p.apply && !*p.apply) return; /* by pointer: a skipped step */
+    if (p.dstep) { /* the step lives on the device: its bias corrections from the host's table */
+        const int64_t k = *p.dstep < p.bc_last ? *p.dstep : p.bc_last;
+        c = mr_adamw_prepare_bc_f32(p.lr, p.beta1, p.beta2, p.eps, p.weight_decay, p.bc[2 * k], p.bc[2 * k + 1]);
+    }
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         float mm = m[i], vv = v[i];
         param[i] = mr_adamw_f32(param[i], grad[i], &mm, &vv, c);
@@ -52,7 +60,8 @@ extern "C" mr_status mr_sgd_update_cuda(const mr_op_args *a) {
     MR_TRY(mr_cuda_op_stream(a, &s));
     mr_sgd_kernel<<<mr_cuda_grid(n), MR_CUDA_BLOCK, 0, s>>>(
         (float *)a->in[0].data, (const float *)a->in[1].data, p->momentum != 0.0 ? (float *)a->in[2].data : NULL, n,
-        (float)p->lr, (float)p->momentum, (float)p->dampening, (float)p->weight_decay, p->nesterov, p->first_step);
+        (float)p->lr, (float)p->momentum, (float)p->dampening, (float)p->weight_decay, p->nesterov, p->first_step,
+        p->apply, p->step);
     return mr_cuda_check_launch("sgd_update");
 fail:
     return st;
@@ -72,7 +81,8 @@ extern "C" mr_status mr_adamw_update_cuda(const mr_op_args *a) {
         /* the per-step constants are formed in double on the host, as on the CPU */
         mr_adamw_consts_f32 c = mr_adamw_prepare_f32(p->lr, p->beta1, p->beta2, p->eps, p->weight_decay, p->step);
         mr_adamw_kernel<<<mr_cuda_grid(n), MR_CUDA_BLOCK, 0, s>>>((float *)a->in[0].data, (const float *)a->in[1].data,
-                                                                 (float *)a->in[2].data, (float *)a->in[3].data, n, c);
+                                                                 (float *)a->in[2].data, (float *)a->in[3].data, n, c,
+                                                                 *p);
     }
     return mr_cuda_check_launch("adamw_update");
 fail:

@@ -11,6 +11,7 @@
 #include "core/cuda/cuda_impl.h"
 #include "core/vec_impl.h"
 #include "core/math/seg_math.h"
+#include "core/math/ctl_math.h"
 
 #include <stdlib.h>
 
@@ -82,6 +83,35 @@ __global__ void mr_sumsq_final_kernel(double *part, int np) {
     if (threadIdx.x == 0) part[MR_VEC_SCRATCH - 1] = sh[0];
 }
 
+/* the total into *out as well (mr_vec_sumsq_to) */
+__global__ void mr_sumsq_final_to_kernel(double *part, int np, double *out) {
+    __shared__ double sh[SUMSQ_THREADS];
+    double s = 0.0;
+    for (int i = threadIdx.x; i < np; i += SUMSQ_THREADS) s += part[i];
+    sh[threadIdx.x] = s;
+    block_sum(sh);
+    if (threadIdx.x == 0) *out = sh[0];
+}
+
+/* y is (n); the factor and the flag are read when the kernel runs */
+__global__ void mr_vscale_if_kernel(float *__restrict__ y, const float *a, const int32_t *on, int64_t n) {
+    if (!*on) return;
+    const float f = *a;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] *= f;
+}
+
+/* one thread each: core/math/ctl_math.h */
+__global__ void mr_ctl_loss_kernel(mr_step_ctl *c, const float *loss, int64_t m, int64_t accumulate) {
+    mr_ctl_loss(c, *loss, m, accumulate);
+}
+__global__ void mr_ctl_check_kernel(mr_step_ctl *c, mr_ctl_cfg k, int32_t *bad, const int32_t *order) {
+    mr_ctl_check(c, k, bad, order);
+}
+__global__ void mr_ctl_clip_kernel(mr_step_ctl *c, double max_norm, int use_clip_sumsq) {
+    mr_ctl_clip(c, max_norm, use_clip_sumsq);
+}
+
 extern "C" mr_status mr_cuda_vec_axpby(int device, mr_stream *s, float *y, float a, const float *x, float b,
                                        int64_t n) {
     if (n == 0) return MR_OK;
@@ -122,6 +152,61 @@ extern "C" mr_status mr_cuda_vec_sumsq(int device, mr_stream *s, const float *x,
     return MR_OK;
 fail:
     return st;
+}
+
+extern "C" mr_status mr_cuda_vec_sumsq_to(int device, mr_stream *s, const float *x, int64_t n, const int64_t *seg,
+                                          int32_t nseg, int32_t *bad, double *d_scratch, double *d_out) {
+    mr_status st = MR_OK;
+    if (!d_scratch) return mr_set_error(MR_ERR_INVALID, "vec_sumsq_to: the CUDA path needs MR_VEC_SCRATCH doubles of scratch");
+    MR_TRY(use(device, s));
+    if (n == 0) {
+        MR_TRY_CUDA(cudaMemsetAsync(d_out, 0, sizeof *d_out, raw(s)));
+        return MR_OK;
+    }
+    {
+        int64_t want = (n + SUMSQ_THREADS - 1) / SUMSQ_THREADS; /* mr_cuda_vec_sumsq's grid */
+        int np = (int)(want < MR_VEC_SCRATCH - 1 ? want : MR_VEC_SCRATCH - 1);
+        mr_sumsq_kernel<<<np, SUMSQ_THREADS, 0, raw(s)>>>(x, n, d_scratch, seg, nseg, bad);
+        MR_TRY(mr_cuda_check_launch("vec_sumsq_to"));
+        mr_sumsq_final_to_kernel<<<1, SUMSQ_THREADS, 0, raw(s)>>>(d_scratch, np, d_out);
+        MR_TRY(mr_cuda_check_launch("vec_sumsq_to"));
+    }
+    return MR_OK;
+fail:
+    return st;
+}
+
+extern "C" mr_status mr_cuda_vec_scale_if(int device, mr_stream *s, float *y, const float *a, const int32_t *on,
+                                          int64_t n) {
+    if (n == 0) return MR_OK;
+    mr_status st = use(device, s);
+    if (st != MR_OK) return st;
+    mr_vscale_if_kernel<<<mr_cuda_grid(n), MR_CUDA_BLOCK, 0, raw(s)>>>(y, a, on, n);
+    return mr_cuda_check_launch("vec_scale_if");
+}
+
+extern "C" mr_status mr_cuda_vec_ctl_loss(int device, mr_stream *s, mr_step_ctl *ctl, const float *loss, int64_t m,
+                                          int64_t accumulate) {
+    mr_status st = use(device, s);
+    if (st != MR_OK) return st;
+    mr_ctl_loss_kernel<<<1, 1, 0, raw(s)>>>(ctl, loss, m, accumulate);
+    return mr_cuda_check_launch("vec_ctl_loss");
+}
+
+extern "C" mr_status mr_cuda_vec_ctl_check(int device, mr_stream *s, mr_step_ctl *ctl, mr_ctl_cfg k, int32_t *bad,
+                                           const int32_t *order) {
+    mr_status st = use(device, s);
+    if (st != MR_OK) return st;
+    mr_ctl_check_kernel<<<1, 1, 0, raw(s)>>>(ctl, k, bad, order);
+    return mr_cuda_check_launch("vec_ctl_check");
+}
+
+extern "C" mr_status mr_cuda_vec_ctl_clip(int device, mr_stream *s, mr_step_ctl *ctl, double max_norm,
+                                          int use_clip_sumsq) {
+    mr_status st = use(device, s);
+    if (st != MR_OK) return st;
+    mr_ctl_clip_kernel<<<1, 1, 0, raw(s)>>>(ctl, max_norm, use_clip_sumsq);
+    return mr_cuda_check_launch("vec_ctl_clip");
 }
 
 extern "C" mr_status mr_cuda_capture_begin(int device, mr_stream *s) {

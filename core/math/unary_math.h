@@ -8,6 +8,13 @@
 #include <stdint.h>
 #include "core/math/hd.h"
 
+/* AdamW's bias corrections for 1-based step t, in double: bc[0] = 1 - beta1^t, bc[1] =
+ * sqrt(1 - beta2^t) (the by-pointer update reads them from a table of these, optim/optim.c). */
+MR_HD static inline void mr_adamw_bias_corrections(double beta1, double beta2, int64_t step, double *bc) {
+    bc[0] = 1.0 - pow(beta1, (double)step);
+    bc[1] = sqrt(1.0 - pow(beta2, (double)step));
+}
+
 #define MR_DEFINE_UNARY_MATH(T, S, EXP, LOG, TANH, SQRT)                                        \
     MR_HD static inline T mr_relu_##S(T x) { return x > (T)0 ? x : (T)0; }                     \
     /* d/dx relu at 0 is taken as 0, as PyTorch does */                                         \
@@ -55,10 +62,11 @@
     typedef struct mr_adamw_consts_##S {                                                        \
         T beta1, one_m_beta1, beta2, one_m_beta2, eps, decay, step_size, bc2_sqrt;              \
     } mr_adamw_consts_##S;                                                                      \
-    MR_HD static inline mr_adamw_consts_##S mr_adamw_prepare_##S(double lr, double beta1, double beta2, \
-                                                                 double eps, double wd, int64_t step) { \
+    /* bc1 = 1 - beta1^t, bc2_sqrt = sqrt(1 - beta2^t): mr_adamw_bias_corrections */           \
+    MR_HD static inline mr_adamw_consts_##S mr_adamw_prepare_bc_##S(double lr, double beta1, double beta2, \
+                                                                    double eps, double wd, double bc1, \
+                                                                    double bc2_sqrt) {          \
         mr_adamw_consts_##S c;                                                                  \
-        double bc1 = 1.0 - pow(beta1, (double)step);                                            \
         c.beta1 = (T)beta1;                                                                     \
         c.one_m_beta1 = (T)(1.0 - beta1);                                                       \
         c.beta2 = (T)beta2;                                                                     \
@@ -66,8 +74,14 @@
         c.eps = (T)eps;                                                                         \
         c.decay = (T)(1.0 - lr * wd);                                                           \
         c.step_size = (T)(lr / bc1);                                                            \
-        c.bc2_sqrt = (T)sqrt(1.0 - pow(beta2, (double)step));                                   \
+        c.bc2_sqrt = (T)bc2_sqrt;                                                               \
         return c;                                                                               \
+    }                                                                                           \
+    MR_HD static inline mr_adamw_consts_##S mr_adamw_prepare_##S(double lr, double beta1, double beta2, \
+                                                                 double eps, double wd, int64_t step) { \
+        double bc[2];                                                                           \
+        mr_adamw_bias_corrections(beta1, beta2, step, bc);                                      \
+        return mr_adamw_prepare_bc_##S(lr, beta1, beta2, eps, wd, bc[0], bc[1]);                \
     }                                                                                           \
     /* one element: returns the new parameter, updates *m and *v */                            \
     MR_HD static inline T mr_adamw_##S(T p, T g, T *m, T *v, mr_adamw_consts_##S c) {          \

@@ -73,11 +73,13 @@ mr_status mr_sgd_update_ref(const mr_op_args *a) {
     double *param = a->in[0].data, *buf = a->in[2].data;
     const double *grad = a->in[1].data;
     int64_t n = mr_shape_numel(&a->in[0].shape);
+    if (p->apply && !*p->apply) return MR_OK; /* by pointer: a skipped step */
+    const int first = p->step ? *p->step == 1 : p->first_step;
     for (int64_t i = 0; i < n; i++) {
         double unused = 0.0;
         double *b = p->momentum != 0.0 ? &buf[i] : &unused;
         param[i] = mr_sgd_f64(param[i], grad[i], b, p->lr, p->momentum, p->dampening, p->weight_decay, p->nesterov,
-                              p->first_step);
+                              first);
     }
     return MR_OK;
 }
@@ -89,7 +91,9 @@ mr_status mr_adamw_update_ref(const mr_op_args *a) {
     double *param = a->in[0].data, *m = a->in[2].data, *v = a->in[3].data;
     const double *grad = a->in[1].data;
     int64_t n = mr_shape_numel(&a->in[0].shape);
-    const mr_adamw_consts_f64 c = mr_adamw_prepare_f64(p->lr, p->beta1, p->beta2, p->eps, p->weight_decay, p->step);
+    if (p->apply && !*p->apply) return MR_OK; /* by pointer: a skipped step */
+    const mr_adamw_consts_f64 c =
+        mr_adamw_prepare_f64(p->lr, p->beta1, p->beta2, p->eps, p->weight_decay, p->dstep ? *p->dstep : p->step);
     for (int64_t i = 0; i < n; i++) param[i] = mr_adamw_f64(param[i], grad[i], &m[i], &v[i], c);
     return MR_OK;
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "gpu_util.h"
+#include "optim/optim.h"
 
 /* n NaNs: outputs start as NaN so an element a kernel fails to write shows up. */
 static double *nan_vals(int64_t n) {
@@ -398,7 +399,7 @@ static void sgd_case(double momentum, double dampening, double wd, int nesterov,
     mr_tensor *p = gpu_upload(hp, MR_F32, s), *gr = gpu_upload(hg, MR_F32, s), *b = gpu_upload(hb, MR_F32, s);
     mr_op_args g, r;
     mr_op_args_init(&g, MR_OP_SGD_UPDATE);
-    g.p.sgd = (mr_sgd_params){0.05, momentum, dampening, wd, nesterov, first_step};
+    g.p.sgd = (mr_sgd_params){0.05, momentum, dampening, wd, nesterov, first_step, NULL, NULL};
     r = g;
     g.in[0] = mr_tensor_as_view(p);
     g.in[1] = mr_tensor_as_view(gr);
@@ -438,7 +439,7 @@ static void adamw_case(int64_t step, double wd, uint64_t seed) {
     mr_tensor *v = gpu_upload(hv, MR_F32, s);
     mr_op_args g, r;
     mr_op_args_init(&g, MR_OP_ADAMW_UPDATE);
-    g.p.adamw = (mr_adamw_params){1e-3, 0.9, 0.999, 1e-8, wd, step};
+    g.p.adamw = (mr_adamw_params){1e-3, 0.9, 0.999, 1e-8, wd, step, NULL, NULL, NULL, 0};
     r = g;
     g.in[0] = mr_tensor_as_view(p);
     g.in[1] = mr_tensor_as_view(gr);
@@ -463,6 +464,67 @@ static void test_adamw(void **state) {
     adamw_case(1, 0.01, 1110);
     adamw_case(10, 0.1, 1120);
     adamw_case(1000, 0.01, 1130);
+}
+
+/* The by-pointer updates on the GPU (mr_optim_step_ctl: apply and the step in device memory, read
+ * when the kernel runs) against the by-value ones, bit for bit, over steps some of which are
+ * skipped (nothing changes) for SGD with momentum, Adam with L2 and AdamW. */
+static void test_update_by_pointer(void **state) {
+    (void)state;
+    enum { N = 3000 };
+    const mr_device dev = {MR_DEVICE_CUDA, 0};
+    const mr_backend *be = NULL;
+    MR_ASSERT_OK(mr_backend_get(MR_DEVICE_CUDA, &be));
+    const mr_optim_kind kinds[3] = {MR_OPTIM_SGD, MR_OPTIM_ADAM, MR_OPTIM_ADAMW};
+    const int32_t pattern[6] = {1, 0, 1, 1, 0, 1};
+    static float h[N], ha[N], hb[N];
+    for (int q = 0; q < 3; q++) {
+        mr_optim_cfg cfg = mr_optim_cfg_default(kinds[q]);
+        cfg.momentum = kinds[q] == MR_OPTIM_SGD ? 0.9 : 0.0;
+        cfg.weight_decay = 0.01;
+        mr_optim *a = NULL, *b = NULL;
+        MR_ASSERT_OK(mr_optim_new_on(&cfg, N, dev, NULL, &a));
+        MR_ASSERT_OK(mr_optim_new_on(&cfg, N, dev, NULL, &b));
+        MR_ASSERT_OK(mr_optim_reserve(b, 6));
+        float *pa, *pb, *ga, *gb;
+        int32_t *apply;
+        int64_t *step;
+        MR_ASSERT_OK(be->alloc(0, sizeof h, (void **)&pa));
+        MR_ASSERT_OK(be->alloc(0, sizeof h, (void **)&pb));
+        MR_ASSERT_OK(be->alloc(0, sizeof h, (void **)&ga));
+        MR_ASSERT_OK(be->alloc(0, sizeof h, (void **)&gb));
+        MR_ASSERT_OK(be->alloc(0, sizeof *apply, (void **)&apply));
+        MR_ASSERT_OK(be->alloc(0, sizeof *step, (void **)&step));
+        th_fill_uniform_f32(h, N, -1.0f, 1.0f, 70 + (uint64_t)q);
+        MR_ASSERT_OK(be->copy(0, pa, h, sizeof h, MR_COPY_H2D, NULL));
+        MR_ASSERT_OK(be->copy(0, pb, h, sizeof h, MR_COPY_H2D, NULL));
+        int64_t count = 0;
+        for (int k = 0; k < 6; k++) {
+            th_fill_uniform_f32(h, N, -1.0f, 1.0f, 700 + (uint64_t)k);
+            MR_ASSERT_OK(be->copy(0, ga, h, sizeof h, MR_COPY_H2D, NULL));
+            MR_ASSERT_OK(be->copy(0, gb, h, sizeof h, MR_COPY_H2D, NULL));
+            const int32_t on = pattern[k];
+            count += on;
+            MR_ASSERT_OK(be->copy(0, apply, &on, sizeof on, MR_COPY_H2D, NULL));
+            MR_ASSERT_OK(be->copy(0, step, &count, sizeof count, MR_COPY_H2D, NULL));
+            const double lr = 1e-2 * (1.0 + 0.1 * k);
+            if (on) MR_ASSERT_OK(mr_optim_step(a, pa, ga, lr));
+            MR_ASSERT_OK(mr_optim_step_ctl(b, pb, gb, lr, apply, step, k + 1));
+            MR_ASSERT_OK(be->copy(0, ha, pa, sizeof h, MR_COPY_D2H, NULL));
+            MR_ASSERT_OK(be->copy(0, hb, pb, sizeof h, MR_COPY_D2H, NULL));
+            MR_ASSERT_OK(be->stream_sync(NULL));
+            assert_memory_equal(ha, hb, sizeof h);
+            for (int j = 0; j < mr_optim_num_slots(a); j++) {
+                MR_ASSERT_OK(be->copy(0, ha, mr_optim_slot(a, j), sizeof h, MR_COPY_D2H, NULL));
+                MR_ASSERT_OK(be->copy(0, hb, mr_optim_slot(b, j), sizeof h, MR_COPY_D2H, NULL));
+                MR_ASSERT_OK(be->stream_sync(NULL));
+                assert_memory_equal(ha, hb, sizeof h);
+            }
+        }
+        be->free(0, pa), be->free(0, pb), be->free(0, ga), be->free(0, gb), be->free(0, apply), be->free(0, step);
+        mr_optim_free(a);
+        mr_optim_free(b);
+    }
 }
 
 /* ---- the backend table ------------------------------------------------------------------------ */
@@ -607,6 +669,7 @@ int main(void) {
         cmocka_unit_test(test_unary_fwd),     cmocka_unit_test(test_unary_bwd),
         cmocka_unit_test(test_binary),        cmocka_unit_test(test_cast),
         cmocka_unit_test(test_sgd),           cmocka_unit_test(test_adamw),
+        cmocka_unit_test(test_update_by_pointer),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

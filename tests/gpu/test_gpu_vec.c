@@ -12,6 +12,7 @@
 
 #include "gpu_util.h"
 #include "core/vec.h"
+#include "tests/ctl_scenario.h"
 
 static const mr_device g_dev = {MR_DEVICE_CUDA, 0};
 
@@ -119,8 +120,83 @@ static void test_strided(void **state) {
     check(n, seg, 8, plant, 6);
 }
 
+/* The device-side step decisions (mr_vec_ctl_*, mr_vec_sumsq_to, mr_vec_scale_if) on CUDA against
+ * the CPU's (which tests/unit/test_vec.c checks against the host path's arithmetic), step by step
+ * through tests/ctl_scenario.h: the control block bit for bit but the sums of squares and the clip
+ * factor (the CUDA sum adds in another fixed order: to rounding), the gradient to the clip factor's
+ * rounding, the flags zeroed; mr_vec_sumsq_to's sum is mr_vec_sumsq's bit for bit. */
+static void test_ctl(void **state) {
+    (void)state;
+    mr_step_ctl hc, *dc = NULL, got;
+    ctl_start(&hc);
+    float g[CTL_N], l[2], *dg = NULL, *dl = NULL;
+    int64_t *dseg = NULL;
+    int32_t *dorder = NULL, *dbad = NULL, hbad[CTL_P] = {0};
+    double *scratch = NULL;
+    MR_ASSERT_OK(be()->alloc(0, sizeof *dc, (void **)&dc));
+    MR_ASSERT_OK(be()->alloc(0, sizeof g, (void **)&dg));
+    MR_ASSERT_OK(be()->alloc(0, sizeof l, (void **)&dl));
+    MR_ASSERT_OK(be()->alloc(0, sizeof ctl_seg, (void **)&dseg));
+    MR_ASSERT_OK(be()->alloc(0, sizeof ctl_order, (void **)&dorder));
+    MR_ASSERT_OK(be()->alloc(0, sizeof hbad, (void **)&dbad));
+    MR_ASSERT_OK(be()->alloc(0, sizeof(double) * MR_VEC_SCRATCH, (void **)&scratch));
+    up(dc, &hc, sizeof hc);
+    up(dseg, ctl_seg, sizeof ctl_seg);
+    up(dorder, ctl_order, sizeof ctl_order);
+    up(dbad, hbad, sizeof hbad);
+    int applied = 0, skipped = 0;
+    for (int k = 1; k <= CTL_STEPS; k++) {
+        ctl_inputs(k, g, l);
+        for (int i = 0; i < CTL_N; i++) g[i] *= (float)hc.scale;
+        up(dg, g, sizeof g);
+        up(dl, l, sizeof l);
+        MR_ASSERT_OK(ctl_step(g_dev, k, dc, dg, dl, dseg, dorder, dbad, scratch));
+        MR_ASSERT_OK(ctl_step(mr_device_cpu(), k, &hc, g, l, ctl_seg, ctl_order, hbad, NULL));
+        down(&got, dc, sizeof got);
+        /* the sums of squares are the CPU's to rounding (another order), so is the clip factor;
+         * every other field bit for bit */
+        assert_true(fabs(got.sumsq - hc.sumsq) <= 1e-12 * fabs(hc.sumsq) || (isnan(got.sumsq) && isnan(hc.sumsq)) ||
+                    got.sumsq == hc.sumsq);
+        assert_true(fabs(got.clip_sumsq - hc.clip_sumsq) <= 1e-12 * fabs(hc.clip_sumsq) || got.clip_sumsq == hc.clip_sumsq ||
+                    (isnan(got.clip_sumsq) && isnan(hc.clip_sumsq)));
+        assert_true(fabsf(got.clip - hc.clip) <= 2e-7f * fabsf(hc.clip));
+        got.sumsq = hc.sumsq, got.clip_sumsq = hc.clip_sumsq, got.clip = hc.clip;
+        if (memcmp(&got, &hc, sizeof hc) != 0)
+            fail_msg("step %d: the control block differs (GPU scale %g apply %d, CPU scale %g apply %d)", k, got.scale,
+                     got.apply, hc.scale, hc.apply);
+        float dgh[CTL_N];
+        int32_t bh[CTL_P];
+        down(dgh, dg, sizeof dgh);
+        down(bh, dbad, sizeof bh);
+        for (int i = 0; i < CTL_N; i++)
+            assert_true(fabsf(dgh[i] - g[i]) <= 4e-7f * fabsf(g[i]) || dgh[i] == g[i] || (isnan(dgh[i]) && isnan(g[i])));
+        for (int i = 0; i < CTL_P; i++) assert_int_equal(bh[i], 0);
+        applied += hc.apply;
+        skipped += !hc.apply;
+    }
+    assert_true(applied > 5 && skipped > 4 && hc.stop.step == CTL_STEPS);
+    double plain = 0, to = 0;
+    ctl_inputs(1, g, l);
+    up(dg, g, sizeof g);
+    MR_ASSERT_OK(mr_vec_sumsq(g_dev, NULL, dg, CTL_N, scratch, &plain));
+    MR_ASSERT_OK(mr_vec_sumsq_to(g_dev, NULL, dg, CTL_N, NULL, 0, NULL, scratch, &dc->sumsq));
+    down(&got, dc, sizeof got);
+    to = got.sumsq;
+    assert_memory_equal(&plain, &to, sizeof to);
+    printf("ctl: %d steps alike on the GPU and the CPU (%d applied, %d skipped, stopped at %lld)\n", CTL_STEPS, applied,
+           skipped, (long long)hc.stop.step);
+    be()->free(0, dc);
+    be()->free(0, dg);
+    be()->free(0, dl);
+    be()->free(0, dseg);
+    be()->free(0, dorder);
+    be()->free(0, dbad);
+    be()->free(0, scratch);
+}
+
 int main(void) {
     if (gpu_none()) return 77;
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_small), cmocka_unit_test(test_strided)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_small), cmocka_unit_test(test_strided),
+                                       cmocka_unit_test(test_ctl)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,6 +8,7 @@
 
 #include "harness.h"
 #include "core/ops.h"
+#include "optim/optim.h"
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
@@ -41,12 +42,12 @@ static mr_op_args adamw_args(mr_dtype dt, int64_t n, void *param, void *grad, vo
 }
 
 static mr_sgd_params sgd_cfg(double lr, double momentum, double dampening, double wd, int nesterov) {
-    mr_sgd_params p = {lr, momentum, dampening, wd, nesterov, 0};
+    mr_sgd_params p = {lr, momentum, dampening, wd, nesterov, 0, NULL, NULL};
     return p;
 }
 
 static mr_adamw_params adamw_cfg(double lr, double b1, double b2, double eps, double wd) {
-    mr_adamw_params p = {lr, b1, b2, eps, wd, 1};
+    mr_adamw_params p = {lr, b1, b2, eps, wd, 1, NULL, NULL, NULL, 0};
     return p;
 }
 
@@ -315,6 +316,85 @@ static void test_optim_errors(void **state) {
     expect_invalid(&a, "adamw_update", "exp_avg_sq shape");
 }
 
+/* The by-pointer update (mr_optim_step_ctl: apply and the 1-based step read when the kernel runs,
+ * the trainer's device-side decisions) against the by-value one, on the CPU kernels and the f64
+ * reference: a step skipped by *apply 0 changes nothing (parameters, state); the applied ones give
+ * the by-value update's bits at the same count (SGD's first momentum step, Adam's bias
+ * corrections from mr_optim_reserve's table); Adam without a reserved table is refused. */
+static void test_update_by_pointer(void **state) {
+    (void)state;
+    enum { N = 300 };
+    const mr_optim_kind kinds[3] = {MR_OPTIM_SGD, MR_OPTIM_ADAM, MR_OPTIM_ADAMW};
+    const int32_t pattern[8] = {0, 1, 0, 1, 1, 0, 1, 1};
+    for (int q = 0; q < 3; q++) {
+        mr_optim_cfg cfg = mr_optim_cfg_default(kinds[q]);
+        cfg.momentum = kinds[q] == MR_OPTIM_SGD ? 0.9 : 0.0;
+        cfg.weight_decay = 0.01;
+        mr_optim *a = NULL, *b = NULL;
+        MR_ASSERT_OK(mr_optim_new(&cfg, N, &a));
+        MR_ASSERT_OK(mr_optim_new(&cfg, N, &b));
+        float pa[N], pb[N], ga[N], gb[N];
+        th_fill_uniform_f32(pa, N, -1.0f, 1.0f, 7);
+        memcpy(pb, pa, sizeof pa);
+        int32_t apply = 0;
+        int64_t step = 0;
+        if (kinds[q] != MR_OPTIM_SGD) {
+            assert_int_equal(mr_optim_step_ctl(b, pb, gb, 1e-2, &apply, &step, 1), MR_ERR_INVALID); /* no table */
+            MR_ASSERT_OK(mr_optim_reserve(b, 8));
+            assert_int_equal(mr_optim_step_ctl(b, pb, gb, 1e-2, &apply, &step, 9), MR_ERR_INVALID);
+        }
+        for (int k = 0; k < 8; k++) {
+            th_fill_uniform_f32(ga, N, -1.0f, 1.0f, 100 + (uint64_t)k);
+            memcpy(gb, ga, sizeof ga);
+            apply = pattern[k];
+            step += apply;
+            const double lr = 1e-2 * (1.0 + 0.1 * k);
+            if (apply) MR_ASSERT_OK(mr_optim_step(a, pa, ga, lr));
+            MR_ASSERT_OK(mr_optim_step_ctl(b, pb, gb, lr, &apply, &step, k + 1));
+            assert_memory_equal(pa, pb, sizeof pa);
+            for (int j = 0; j < mr_optim_num_slots(a); j++)
+                assert_memory_equal(mr_optim_slot(a, j), mr_optim_slot(b, j), sizeof(float) * N);
+        }
+        assert_int_equal(mr_optim_steps(a), step);
+        assert_int_equal(mr_optim_steps(b), 0); /* the count is the caller's */
+        if (kinds[q] != MR_OPTIM_SGD) { /* far past the table's end, where both corrections are 1 */
+            MR_ASSERT_OK(mr_optim_reserve(b, 1000000));
+            mr_optim_set_steps(a, 49999);
+            apply = 1;
+            step = 50000;
+            th_fill_uniform_f32(ga, N, -1.0f, 1.0f, 999);
+            memcpy(gb, ga, sizeof ga);
+            MR_ASSERT_OK(mr_optim_step(a, pa, ga, 1e-3));
+            MR_ASSERT_OK(mr_optim_step_ctl(b, pb, gb, 1e-3, &apply, &step, 50000));
+            assert_memory_equal(pa, pb, sizeof pa);
+        }
+        mr_optim_free(a);
+        mr_optim_free(b);
+    }
+    /* the f64 reference reads the same pointers */
+    double p1[4] = {1, -2, 3, -4}, p2[4], g[4] = {0.5, 0.25, -1, 2}, m1[4] = {0}, v1[4] = {0}, m2[4], v2[4];
+    memcpy(p2, p1, sizeof p1);
+    memcpy(m2, m1, sizeof m1);
+    memcpy(v2, v1, sizeof v1);
+    const int32_t on = 1, off = 0;
+    const int64_t three = 3;
+    mr_adamw_params byval = adamw_cfg(1e-2, 0.9, 0.999, 1e-8, 0.01);
+    byval.step = 3;
+    mr_adamw_params byptr = adamw_cfg(1e-2, 0.9, 0.999, 1e-8, 0.01);
+    byptr.apply = &off;
+    byptr.dstep = &three;
+    mr_op_args a = adamw_args(MR_F64, 4, p2, g, m2, v2, byptr);
+    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &a)); /* skipped */
+    assert_memory_equal(p1, p2, sizeof p1);
+    byptr.apply = &on;
+    a = adamw_args(MR_F64, 4, p2, g, m2, v2, byptr);
+    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &a));
+    a = adamw_args(MR_F64, 4, p1, g, m1, v1, byval);
+    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &a));
+    assert_memory_equal(p1, p2, sizeof p1);
+    assert_memory_equal(v1, v2, sizeof v1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sgd_cpu_vs_ref),
@@ -323,6 +403,7 @@ int main(void) {
         cmocka_unit_test(test_adamw_cpu_vs_ref),
         cmocka_unit_test(test_adamw_hand_computed),
         cmocka_unit_test(test_optim_errors),
+        cmocka_unit_test(test_update_by_pointer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

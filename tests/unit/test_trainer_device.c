@@ -45,6 +45,15 @@ static void on_step(void *ctx, const mr_train_state *ts) {
     if (ts->step == r->stop_at) mr_train_request_stop(SIGTERM);
 }
 
+/* The device path reading back at log steps only (no on_step): the state at the last one. */
+static void on_log(void *ctx, const mr_train_state *ts, int done) {
+    if (!done) return;
+    record *r = ctx;
+    const int64_t stop_at = r->stop_at;
+    on_step(ctx, ts); /* the same copies; the per-step fields are not compared */
+    r->stop_at = stop_at;
+}
+
 static mr_train_cfg small_mlp(int64_t steps) {
     mr_train_cfg c;
     th_fashion_mlp(&c, 48, steps, 32);
@@ -87,6 +96,21 @@ static void same(const char *what, mr_train_cfg c) {
     assert_string_equal(rh.sample, rd.sample); /* generation read the logits back from the device */
     assert_int_equal(rh.skipped_steps, rd.skipped_steps);
     assert_true(rh.loss_scale == rd.loss_scale);
+    /* the device path without on_step: its decisions read back only at the end (log_every 0:
+     * the last step is the only log step, every skip and sum stays on the device until then) */
+    record l = {.stop_at = 0};
+    mr_train_result rl;
+    mr_train_cfg cl = c;
+    cl.device_path = 1;
+    cl.on_log = on_log;
+    cl.on_log_ctx = &l;
+    MR_ASSERT_OK(mr_train(&cl, &rl));
+    assert_memory_equal(h.params, l.params, (size_t)h.n * sizeof(float));
+    for (int k = 0; k < h.nslots; k++) assert_memory_equal(h.slots[k], l.slots[k], (size_t)h.n * sizeof(float));
+    assert_int_equal(h.optim_steps, l.optim_steps);
+    assert_true(memcmp(&rh.last_loss, &rl.last_loss, sizeof(double)) == 0);
+    assert_int_equal(rh.skipped_steps, rl.skipped_steps);
+    assert_true(rh.loss_scale == rl.loss_scale);
     fprintf(stderr, "%s: %lld steps bit-identical (last loss %.6f, eval accuracy %.4f, %lld skipped)\n", what,
             (long long)c.steps, d.loss[c.steps], rd.eval_accuracy, (long long)rd.skipped_steps);
     th_free_all();

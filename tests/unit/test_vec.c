@@ -13,6 +13,8 @@
 
 #include "harness.h"
 #include "core/vec.h"
+#include "optim/optim.h"
+#include "tests/ctl_scenario.h"
 
 enum { N = 100003, NSEG = 9 };
 
@@ -108,8 +110,91 @@ static void test_errors(void **state) {
     assert_true(sum == 30.0);
 }
 
+/* The device-side step decisions (mr_vec_ctl_*, core/math/ctl_math.h) on the CPU against the host
+ * path's own arithmetic (train/train_step.c tr_step_check and tr_step_update: mr_loss_scaler_update,
+ * the unscale by (float)(1 / scale), the clip factor), step by step through tests/ctl_scenario.h:
+ * the same verdicts, scales, counts, gradient bits and loss; each skip recorded with the first
+ * parameter in backward order and the count; the floor recorded as the stop, after which every
+ * step is skipped without a record. */
+static void test_ctl_against_host(void **state) {
+    (void)state;
+    const mr_device cpu = mr_device_cpu();
+    mr_step_ctl ctl;
+    ctl_start(&ctl);
+    mr_loss_scaler sc = {256.0, 2.0, 0.5, 32.0, 2, 0, 0};
+    int64_t updates = 0, interval = 0;
+    double loss_sum = 0;
+    int32_t bad[CTL_P] = {0}, events = 0, stopped = 0;
+    float g[CTL_N], h[CTL_N], l[2];
+    for (int k = 1; k <= CTL_STEPS; k++) {
+        ctl_inputs(k, g, l);
+        for (int i = 0; i < CTL_N; i++) g[i] *= (float)sc.scale, h[i] = g[i];
+        MR_ASSERT_OK(ctl_step(cpu, k, &ctl, g, l, ctl_seg, ctl_order, bad, NULL));
+        for (int i = 0; i < CTL_P; i++) assert_int_equal(bad[i], 0); /* read and zeroed */
+        if (stopped) { /* training stops at the next read: nothing changes, nothing is recorded */
+            assert_int_equal(ctl.apply, 0);
+            assert_memory_equal(g, h, sizeof g);
+            assert_int_equal(ctl.n_events, events);
+            continue;
+        }
+        /* the host path */
+        const double loss = ((0.0 + (double)l[0]) + (double)l[1]) / 2.0 / 1.0;
+        double sumsq = 0;
+        MR_ASSERT_OK(mr_vec_sumsq(cpu, NULL, h, CTL_N, NULL, &sumsq));
+        const int finite = isfinite(sumsq) && isfinite(loss);
+        const double before = sc.scale;
+        const int apply = mr_loss_scaler_update(&sc, finite);
+        if (apply) {
+            mr_grads_unscale(h, CTL_N, before);
+            double norm = 0;
+            mr_clip_grad_norm(h, CTL_N, CTL_MAX_NORM, &norm);
+            updates++;
+        }
+        assert_true(memcmp(&ctl.loss, &loss, sizeof loss) == 0 || (isnan(ctl.loss) && isnan(loss)));
+        assert_int_equal(ctl.apply, apply);
+        assert_true(ctl.scale == sc.scale && ctl.scale_f32 == (float)sc.scale);
+        assert_int_equal(ctl.good_steps, sc.good_steps);
+        assert_int_equal(ctl.skipped, sc.skipped);
+        assert_int_equal(ctl.updates, updates);
+        if (apply) assert_memory_equal(g, h, sizeof g);
+        if (!finite && before <= sc.min_scale) { /* the floor: the stop */
+            assert_int_equal(ctl.stop.step, k);
+            assert_int_equal(ctl.stop_floor, 1);
+            assert_int_equal(ctl.stop.first, 1);
+            stopped = 1;
+            continue;
+        }
+        if (isfinite(loss)) loss_sum += loss, interval++;
+        assert_true(ctl.loss_sum == loss_sum && ctl.interval == interval);
+        if (!finite) {
+            const mr_ctl_event *e = &ctl.events[events++];
+            assert_int_equal(ctl.n_events, events);
+            assert_int_equal(e->step, k);
+            assert_true(e->scale_before == before && e->scale_after == sc.scale);
+            const int32_t first = k == 3 ? 2 : k == 5 ? -1 : k == 8 ? 3 : 1, nbad = k == 5 ? 0 : k == 8 ? 2 : 1;
+            assert_int_equal(e->first, first);
+            assert_int_equal(e->bad, nbad);
+        }
+    }
+    assert_true(stopped && events >= 4 && updates > 5);
+    fprintf(stderr, "ctl: %lld updates, %d skips recorded, stopped at step %lld (scale %g)\n", (long long)updates,
+            (int)events, (long long)ctl.stop.step, ctl.scale);
+    /* without scaling the first non-finite step is the stop */
+    ctl_start(&ctl);
+    mr_ctl_cfg k = ctl_cfg(4);
+    k.scaling = 0;
+    ctl.sumsq = INFINITY;
+    ctl.loss = 1.0;
+    bad[2] = 1;
+    MR_ASSERT_OK(mr_vec_ctl_check(cpu, NULL, &ctl, k, bad, ctl_order));
+    assert_true(ctl.stop.step == 4 && ctl.stop_floor == 0 && ctl.stop.first == 2 && ctl.apply == 0 && bad[2] == 0);
+    assert_true(ctl.skipped == 0 && ctl.n_events == 0 && ctl.scale == 256.0); /* the scaler is off */
+    assert_int_equal(mr_vec_ctl_check(cpu, NULL, &ctl, k, NULL, NULL), MR_ERR_INVALID); /* flags missing */
+    assert_int_equal(mr_vec_ctl_clip(cpu, NULL, &ctl, 0.0, 0), MR_ERR_INVALID);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_sum_is_sumsq), cmocka_unit_test(test_flags),
-                                       cmocka_unit_test(test_errors)};
+                                       cmocka_unit_test(test_errors), cmocka_unit_test(test_ctl_against_host)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
