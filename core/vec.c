@@ -2,6 +2,7 @@
 #include "core/vec.h"
 #include "core/vec_impl.h"
 #include "core/math/seg_math.h"
+#include "core/math/ctl_math.h"
 
 #include <math.h>
 
@@ -134,13 +135,13 @@ mr_status mr_vec_ctl_loss(mr_device d, mr_stream *s, mr_step_ctl *ctl, const flo
     return MR_OK;
 }
 
-mr_status mr_vec_ctl_check(mr_device d, mr_stream *s, mr_step_ctl *ctl, mr_ctl_cfg k, int32_t *bad,
+mr_status mr_vec_ctl_check(mr_device d, mr_stream *s, mr_step_ctl *ctl, const mr_ctl_cfg *k, int32_t *bad,
                            const int32_t *order) {
-    if (!ctl || k.nparam < 0 || (k.nparam > 0 && (!bad || !order)) || !(k.world >= 1))
+    if (!ctl || !k || k->nparam < 0 || (k->nparam > 0 && (!bad || !order)) || !(k->world >= 1))
         return mr_set_error(MR_ERR_INVALID, "vec_ctl_check: %d parameters (flags %p, order %p), %g replicas",
-                            (int)k.nparam, (void *)bad, (const void *)order, k.world);
-    if (d.kind == MR_DEVICE_CUDA) CUDA_OR(mr_cuda_vec_ctl_check(d.index, s, ctl, k, bad, order));
-    mr_ctl_check(ctl, k, bad, order);
+                            k ? (int)k->nparam : -1, (void *)bad, (const void *)order, k ? k->world : 0.0);
+    if (d.kind == MR_DEVICE_CUDA) CUDA_OR(mr_cuda_vec_ctl_check(d.index, s, ctl, *k, bad, order));
+    mr_ctl_check(ctl, *k, bad, order);
     return MR_OK;
 }
 

@@ -16,7 +16,6 @@
 
 #include <stdint.h>
 #include "core/device.h"
-#include "core/math/ctl_math.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,6 +52,9 @@ mr_status mr_vec_sumsq_seg(mr_device d, mr_stream *s, const float *x, int64_t n,
  * check, the loss scaler, the skip and the clip factor live in an mr_step_ctl in d's memory, and
  * the kernels that depend on them read them by pointer when they run. All asynchronous on s (the
  * CPU: synchronous, the same code and bits). */
+/* The control block and the check's settings: core/math/ctl_math.h (not installed: the trainer's). */
+typedef struct mr_step_ctl mr_step_ctl;
+typedef struct mr_ctl_cfg mr_ctl_cfg;
 /* *d_out (d's memory) = mr_vec_sumsq_seg's sum (seg, bad NULL and nseg 0: mr_vec_sumsq's), not read
  * back: the same bits, no wait. */
 mr_status mr_vec_sumsq_to(mr_device d, mr_stream *s, const float *x, int64_t n, const int64_t *seg, int32_t nseg,
@@ -60,8 +62,9 @@ mr_status mr_vec_sumsq_to(mr_device d, mr_stream *s, const float *x, int64_t n, 
 /* mr_ctl_loss with *loss (one float of d's memory: the step's loss output). */
 mr_status mr_vec_ctl_loss(mr_device d, mr_stream *s, mr_step_ctl *ctl, const float *loss, int64_t m,
                           int64_t accumulate) MR_WUR;
-/* mr_ctl_check; bad and order: k.nparam int32 each in d's memory (NULL when 0). */
-mr_status mr_vec_ctl_check(mr_device d, mr_stream *s, mr_step_ctl *ctl, mr_ctl_cfg k, int32_t *bad,
+/* mr_ctl_check with *k (host memory, copied at the call); bad and order: k->nparam int32 each in
+ * d's memory (NULL when 0). */
+mr_status mr_vec_ctl_check(mr_device d, mr_stream *s, mr_step_ctl *ctl, const mr_ctl_cfg *k, int32_t *bad,
                            const int32_t *order) MR_WUR;
 /* mr_ctl_clip. */
 mr_status mr_vec_ctl_clip(mr_device d, mr_stream *s, mr_step_ctl *ctl, double max_norm, int use_clip_sumsq) MR_WUR;

@@ -3,6 +3,7 @@
 #define MR_VEC_IMPL_H
 
 #include "core/vec.h"
+#include "core/math/ctl_math.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/vec.h"
+#include "core/math/ctl_math.h"
 
 #define CTL_N 1000
 #define CTL_P 4
@@ -65,7 +66,8 @@ static mr_status ctl_step(mr_device d, int k, mr_step_ctl *ctl, float *g, const 
     mr_status st = MR_OK;
     for (int m = 0; m < 2; m++) MR_TRY(mr_vec_ctl_loss(d, NULL, ctl, l + m, m, 2));
     MR_TRY(mr_vec_sumsq_to(d, NULL, g, CTL_N, seg, CTL_P, bad, scratch, &ctl->sumsq));
-    MR_TRY(mr_vec_ctl_check(d, NULL, ctl, ctl_cfg(k), bad, order));
+    const mr_ctl_cfg cfg = ctl_cfg(k);
+    MR_TRY(mr_vec_ctl_check(d, NULL, ctl, &cfg, bad, order));
     MR_TRY(mr_vec_scale_if(d, NULL, g, &ctl->unscale, &ctl->apply, CTL_N));
     MR_TRY(mr_vec_sumsq_to(d, NULL, g, CTL_N, NULL, 0, NULL, scratch, &ctl->clip_sumsq));
     MR_TRY(mr_vec_ctl_clip(d, NULL, ctl, CTL_MAX_NORM, 1));

@@ -13,6 +13,7 @@
 #include "train/tb.h"
 #include "train/train.h"
 #include "core/vec.h"
+#include "core/math/ctl_math.h"
 
 typedef struct tr_pipeline {
     mr_dataset *ds;

@@ -9,7 +9,12 @@
  *   4. unscale (3.), clip, update, and ZeRO-1's all-gather (tr_step_update).
  * The host path and the device path run the same code: t->gdev is the CPU on the host path,
  * where the vector kernels of core/vec.h give the host loops' bits (optim/optim.c), and the
- * step's buffers (t->params, t->grads, t->acc, t->wopt) are the registry's or the device's. */
+ * step's buffers (t->params, t->grads, t->acc, t->wopt) are the registry's or the device's.
+ * Except for 3. and 4.'s decisions: on the device path (t->dv.on) the loss, the verdict, the
+ * scaler, the skip and the clip factor are computed on the device into t->dv.d_ctl
+ * (core/math/ctl_math.h, the same arithmetic as the host code below) and read by the kernels by
+ * pointer (check_dev, update_dev), so a steady step never waits for the device; tr_step_sync
+ * reads them back where the host needs them and reports what tr_step_check would have. */
 #include "train/train_impl.h"
 #include "core/log.h"
 #include "core/vec.h"
@@ -329,7 +334,7 @@ static mr_status check_dev(trainer *t, const mr_ddp_part *part) {
                           .backoff_factor = t->scaler.backoff_factor,
                           .min_scale = t->scaler.min_scale,
                           .growth_interval = t->scaler.growth_interval};
-    MR_TRY(mr_vec_ctl_check(t->gdev, t->stream, ctl, k, t->d_bad, t->d_order));
+    MR_TRY(mr_vec_ctl_check(t->gdev, t->stream, ctl, &k, t->d_bad, t->d_order));
     if (t->scaling) MR_TRY(mr_vec_scale_if(t->gdev, t->stream, part->g, &ctl->unscale, &ctl->apply, part->n));
 fail:
     return st;

@@ -183,6 +183,12 @@ static void test_ctl(void **state) {
     down(&got, dc, sizeof got);
     to = got.sumsq;
     assert_memory_equal(&plain, &to, sizeof to);
+    /* mr_vec_scale (the by-value scale the by-pointer one replaced in the trainer) */
+    MR_ASSERT_OK(mr_vec_scale(g_dev, NULL, dg, 0.37f, CTL_N));
+    MR_ASSERT_OK(mr_vec_scale(mr_device_cpu(), NULL, g, 0.37f, CTL_N));
+    float scaled[CTL_N];
+    down(scaled, dg, sizeof scaled);
+    assert_memory_equal(scaled, g, sizeof g);
     printf("ctl: %d steps alike on the GPU and the CPU (%d applied, %d skipped, stopped at %lld)\n", CTL_STEPS, applied,
            skipped, (long long)hc.stop.step);
     be()->free(0, dc);

@@ -186,10 +186,10 @@ static void test_ctl_against_host(void **state) {
     ctl.sumsq = INFINITY;
     ctl.loss = 1.0;
     bad[2] = 1;
-    MR_ASSERT_OK(mr_vec_ctl_check(cpu, NULL, &ctl, k, bad, ctl_order));
+    MR_ASSERT_OK(mr_vec_ctl_check(cpu, NULL, &ctl, &k, bad, ctl_order));
     assert_true(ctl.stop.step == 4 && ctl.stop_floor == 0 && ctl.stop.first == 2 && ctl.apply == 0 && bad[2] == 0);
     assert_true(ctl.skipped == 0 && ctl.n_events == 0 && ctl.scale == 256.0); /* the scaler is off */
-    assert_int_equal(mr_vec_ctl_check(cpu, NULL, &ctl, k, NULL, NULL), MR_ERR_INVALID); /* flags missing */
+    assert_int_equal(mr_vec_ctl_check(cpu, NULL, &ctl, &k, NULL, NULL), MR_ERR_INVALID); /* flags missing */
     assert_int_equal(mr_vec_ctl_clip(cpu, NULL, &ctl, 0.0, 0), MR_ERR_INVALID);
 }
 
