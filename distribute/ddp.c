@@ -1,4 +1,5 @@
-/* The data-parallel reducer (ddp.h): gradient buckets all-reduced while the backward goes on, one
+/* The data-parallel reducer (ddp.h): gradient buckets all-reduced while the backward goes on (host
+ * memory: a communication thread; device memory: NCCL on its own stream, ordered by events), one
  * all-reduce after it (host or NCCL), or ZeRO-1's reduce-scatter / all-gather. The trainer
  * (train/train.c) calls it once per step; this file knows communicators and buffers, not models:
  * the caller says where each parameter's gradient lies and when the backward finishes it. */
@@ -9,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum ddp_mode { DDP_SINGLE, DDP_OVERLAP, DDP_ALLREDUCE, DDP_SHARD, DDP_NONE } ddp_mode;
+typedef enum ddp_mode { DDP_SINGLE, DDP_OVERLAP, DDP_OVERLAP_DEV, DDP_ALLREDUCE, DDP_SHARD, DDP_NONE } ddp_mode;
 
 /* A contiguous range of the gradient buffer all-reduced as one piece while the backward goes on. */
 typedef struct bucket {
@@ -34,6 +35,8 @@ struct mr_ddp {
     float *zbuf;   /* world * stride: the padded gradient / parameter exchange buffer */
     float *zshard; /* stride: this replica's averaged gradient shard */
     mr_trace_track *trace; /* the caller's track (mr_ddp_set_trace) */
+    mr_event *ev_ready;    /* overlap on the device: a bucket's gradients are written (compute stream) */
+    mr_event *ev_done;     /* the buckets' all-reduces have run (the communicator's stream) */
 };
 
 mr_ddp_shard mr_ddp_shard_of(int64_t n, int world, int rank) {
@@ -85,6 +88,10 @@ static ddp_mode pick_mode(const mr_ddp_cfg *c) {
     if (c->shard) return DDP_SHARD;
     const int host = c->dev.kind == MR_DEVICE_CPU && (!c->gcomm || c->gcomm == c->comm);
     if (c->overlap && host && mr_comm_backend_of(c->comm) != MR_COMM_HIER) return DDP_OVERLAP;
+    /* device memory moved by NCCL: the buckets go on the communicator's stream */
+    if (c->overlap && c->dev.kind == MR_DEVICE_CUDA && c->gcomm && mr_comm_backend_of(c->gcomm) == MR_COMM_NCCL &&
+        c->stream)
+        return DDP_OVERLAP_DEV;
     return DDP_ALLREDUCE;
 }
 
@@ -104,9 +111,12 @@ mr_status mr_ddp_new(const mr_ddp_cfg *c, mr_ddp **out) {
     d->world = c->comm ? mr_comm_size(c->comm) : 1;
     d->rank = c->comm ? mr_comm_rank(c->comm) : 0;
     MR_TRY(mr_backend_get(c->dev.kind, &d->be));
-    if (d->mode == DDP_OVERLAP) {
+    if (d->mode == DDP_OVERLAP || d->mode == DDP_OVERLAP_DEV)
         MR_TRY(make_buckets(d, c->params, c->n_params, (c->bucket_bytes > 0 ? c->bucket_bytes : 16.0 * 1048576.0)));
-        MR_TRY(mr_comm_queue_new(c->comm, &d->q));
+    if (d->mode == DDP_OVERLAP) MR_TRY(mr_comm_queue_new(c->comm, &d->q));
+    if (d->mode == DDP_OVERLAP_DEV) {
+        MR_TRY(d->be->event_new(c->dev.index, &d->ev_ready));
+        MR_TRY(d->be->event_new(c->dev.index, &d->ev_done));
     }
     if (d->mode == DDP_SHARD) {
         MR_CHECK(c->dev.kind == MR_DEVICE_CPU, MR_ERR_INVALID,
@@ -128,23 +138,39 @@ fail:
 void mr_ddp_free(mr_ddp *d) {
     if (!d) return;
     mr_comm_queue_free(d->q);
+    if (d->ev_ready) d->be->event_free(d->ev_ready);
+    if (d->ev_done) d->be->event_free(d->ev_done);
     free(d->b);
     free(d->zbuf);
     free(d->zshard);
     free(d);
 }
 
+/* Bucket b's all-reduce on the device, behind the kernels enqueued so far on the compute stream
+ * (the event orders it; the host does not wait): the same NCCL call, count and operation per
+ * element as the whole buffer's in mr_ddp_finish, so the same bits. */
+static mr_status bucket_dev(mr_ddp *d, const bucket *b) {
+    mr_status st = MR_OK;
+    MR_TRY(d->be->event_record(d->ev_ready, d->stream));
+    MR_TRY(mr_comm_nccl_wait_event(d->gcomm, d->ev_ready));
+    MR_TRY(mr_comm_nccl_allreduce_async(d->gcomm, d->grads + b->off, b->n, MR_F32, MR_REDUCE_AVG));
+fail:
+    return st;
+}
+
 mr_status mr_ddp_backward(mr_ddp *d, mr_ddp_run_fn run, void *ctx, int32_t first, int32_t last) {
     mr_status st = MR_OK;
     int32_t at = first;
-    for (int k = 0; d->mode == DDP_OVERLAP && k < d->nb; k++) {
+    const int overlap = d->mode == DDP_OVERLAP || d->mode == DDP_OVERLAP_DEV;
+    for (int k = 0; overlap && k < d->nb; k++) {
         bucket *b = &d->b[k];
         if (b->ready > at) {
             MR_TRY(run(ctx, at, b->ready < last ? b->ready : last));
             at = b->ready < last ? b->ready : last;
         }
         mr_trace_instant(d->trace, "bucket_ready", "bucket", k);
-        MR_TRY(mr_comm_queue_allreduce(d->q, d->grads + b->off, b->n, MR_F32, MR_REDUCE_AVG, &b->ticket));
+        if (d->mode == DDP_OVERLAP_DEV) MR_TRY(bucket_dev(d, b));
+        else MR_TRY(mr_comm_queue_allreduce(d->q, d->grads + b->off, b->n, MR_F32, MR_REDUCE_AVG, &b->ticket));
     }
     if (at < last) MR_TRY(run(ctx, at, last));
 fail:
@@ -162,6 +188,12 @@ mr_status mr_ddp_finish(mr_ddp *d, float *g, double *agree, int n_agree, mr_ddp_
         const int64_t t0 = mr_trace_begin(d->trace);
         for (int k = 0; k < d->nb; k++) MR_TRY(mr_comm_queue_wait(d->q, d->b[k].ticket));
         mr_trace_end1(d->trace, t0, "wait_buckets", "buckets", d->nb);
+        MR_TRY(mr_comm_allreduce(d->comm, agree, n_agree, MR_F64, MR_REDUCE_SUM));
+        break;
+    case DDP_OVERLAP_DEV: /* the compute stream waits for the buckets; the host does not */
+        MR_CHECK(g == d->grads, MR_ERR_INTERNAL, "ddp: the overlapped exchange averages the gradient buffer itself");
+        MR_TRY(mr_comm_nccl_record_event(d->gcomm, d->ev_done));
+        MR_TRY(d->be->stream_wait_event(d->stream, d->ev_done));
         MR_TRY(mr_comm_allreduce(d->comm, agree, n_agree, MR_F64, MR_REDUCE_SUM));
         break;
     default:
@@ -223,6 +255,8 @@ void mr_ddp_set_trace(mr_ddp *d, mr_trace_track *caller, mr_trace_track *comm_th
 }
 
 int mr_ddp_num_buckets(const mr_ddp *d) { return d ? d->nb : 0; }
+
+int mr_ddp_overlaps_on_device(const mr_ddp *d) { return d && d->mode == DDP_OVERLAP_DEV; }
 
 double mr_ddp_busy_seconds(const mr_ddp *d) { return d && d->q ? mr_comm_queue_busy_seconds(d->q) : 0.0; }
 

@@ -19,6 +19,12 @@
  *   overlap   buckets of bucket_bytes (the first kept to 1 MiB, DDP's rule) all-reduced on a queue
  *             (mr_comm_queue) while the backward goes on: host memory, one micro-batch per step,
  *             a backend with queues (not hier, not nccl);
+ *   overlap on the device  the same buckets, device memory moved by an nccl gcomm, one micro-batch
+ *             per step: as the kernel range that writes a bucket's last gradient is enqueued, an
+ *             event recorded on `stream` orders the bucket's all-reduce on the communicator's
+ *             stream (mr_comm_nccl_allreduce_async: the whole buffer's NCCL call per element, so
+ *             the same bits), while the backward goes on; finish makes `stream` wait for the
+ *             communicator's stream (an event; the host does not wait);
  *   allreduce one all-reduce of the whole buffer after the backward (on gcomm: NCCL for device
  *             memory);
  *   shard     ZeRO-1: reduce-scatter after the backward, each replica updates its shard
@@ -100,7 +106,8 @@ typedef struct mr_ddp_part {
 /* Ends a step's exchange. agree (n_agree doubles, host memory) becomes the sum over the replicas;
  * g (n floats: the gradient buffer, or an accumulation buffer in the modes without overlap)
  * becomes the replicas' average (shard: only this replica's shard, in the reducer's own buffer).
- * Order: in the overlap mode the buckets are waited for, then the host values agreed; in the
+ * Order: in the overlap mode the buckets are waited for, then the host values agreed; on the device
+ * the stream is made to wait for the buckets (no host wait), then the host values agreed; in the
  * others dev's stream is synchronised and the host values agreed first, which doubles as a
  * per-step barrier (a replica that failed before the exchange stops the others through the host
  * communicator, not in an NCCL kernel), then the gradient moves. Single replica: only *upd is
@@ -126,9 +133,11 @@ mr_status mr_ddp_gather_shards(mr_ddp *d, const float *shard, float *full) MR_WU
 /* Seconds the communication thread spent in collectives so far (0 without overlap): against the
  * waited time, the share of the exchange the backward hid. */
 double mr_ddp_busy_seconds(const mr_ddp *d);
-/* Non-zero in the overlap mode. */
+/* Non-zero in the overlap mode (host memory, a communication thread). */
 int mr_ddp_overlaps(const mr_ddp *d);
-/* The buckets of the overlap mode (0 in the others). */
+/* Non-zero in the overlap mode on the device (NCCL on its own stream). */
+int mr_ddp_overlaps_on_device(const mr_ddp *d);
+/* The buckets of the overlap modes (0 in the others). */
 int mr_ddp_num_buckets(const mr_ddp *d);
 /* Traces the exchange (core/trace.h; NULL: not): on `caller` (the thread calling the reducer) an
  * instant "bucket_ready" (arg bucket) as each bucket is queued and a span "wait_buckets" in

@@ -134,6 +134,9 @@ typedef struct mr_train_cfg {
     void *on_step_ctx;
     int64_t inject_nonfinite_at;
     const char *inject_nonfinite_param;
+    /* Tests: 1 all-reduces the whole gradient buffer after the backward, as with accumulation,
+     * instead of in buckets behind it (the reference the overlapped exchange must equal). */
+    int no_grad_overlap;
 } mr_train_cfg;
 
 /* What on_step sees on replica 0 (borrowed for the call): the registry (parameters by name), the optimizer
