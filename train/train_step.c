@@ -7,7 +7,8 @@
  *      parameter whose gradient is not finite (mr_vec_sumsq_seg), so a skipped step or a divergence
  *      names the first such parameter in backward order, which is where the overflow started;
  *   4. unscale (3.), clip, update, and ZeRO-1's all-gather (tr_step_update).
- * The host path and the device path run the same code: t->gdev is the CPU on the host path,
+ * On a GPU, step n+1's first batch is fetched and copied on a copy stream while step n computes
+ * (prefetch_next). The host path and the device path run the same code: t->gdev is the CPU on the host path,
  * where the vector kernels of core/vec.h give the host loops' bits (optim/optim.c), and the
  * step's buffers (t->params, t->grads, t->acc, t->wopt) are the registry's or the device's. */
 #include "train/train_impl.h"
@@ -186,6 +187,32 @@ fail:
     return st;
 }
 
+/* While micro-batch m of this step computes, the next one (the next step's first after the last)
+ * is fetched and copied to the device on the copy stream (a GPU; train_device.c tr_dev_prefetch).
+ * Not after the run's last batch. Across a step boundary the iterator is then one batch ahead of
+ * the data position a checkpoint of this step must save, so that position is kept first
+ * (t->pf_blob, train_ckpt.c). */
+static mr_status prefetch_next(trainer *t, mr_step *s, int64_t m) {
+    mr_status st = MR_OK;
+    const mr_train_cfg *c = &t->c;
+    const int boundary = m + 1 == c->accumulate;
+    if (!tr_dev_can_prefetch(&t->dv) || (boundary && t->step + 1 >= c->steps)) return MR_OK;
+    if (boundary && c->ckpt_dir) {
+        free(t->pf_blob);
+        t->pf_blob = NULL;
+        MR_TRY(mr_data_iter_save_global(t->train.it, &t->pf_blob, &t->pf_bytes));
+    }
+    mr_data_elem e;
+    int end = 0;
+    const int64_t s0 = mr_trace_begin(t->trace.train);
+    MR_TRY(mr_data_iter_next(t->train.it, &e, &end));
+    MR_CHECK(!end, MR_ERR_INVALID, "data.train: the training data is empty");
+    mr_trace_end1(t->trace.train, s0, "data_ahead", "micro", boundary ? 0 : m + 1);
+    MR_TRY(tr_dev_prefetch(&t->dv, s, e.data[0], e.data[1]));
+fail:
+    return st;
+}
+
 mr_status tr_step_forward_backward(trainer *t, mr_step *s, tr_times *tm, double *loss, float **g) {
     mr_status st = MR_OK;
     const mr_train_cfg *c = &t->c;
@@ -199,28 +226,43 @@ mr_status tr_step_forward_backward(trainer *t, mr_step *s, tr_times *tm, double 
         int end = 0;
         const double t0 = tr_now_s();
         const int64_t s0 = mr_trace_begin(k);
-        MR_TRY(mr_data_iter_next(t->train.it, &e, &end));
-        MR_CHECK(!end, MR_ERR_INVALID, "data.train: the training data is empty");
+        /* fetched and copied while the last micro-batch computed (prefetch_next), or now */
+        const int ahead = tr_dev_prefetched(&t->dv, s);
+        if (!ahead) {
+            MR_TRY(mr_data_iter_next(t->train.it, &e, &end));
+            MR_CHECK(!end, MR_ERR_INVALID, "data.train: the training data is empty");
+        }
         mr_trace_end1(k, s0, "data_wait", "micro", m);
-        if (t->data_log) { /* global position of element 0 (train_data.c) */
+        if (t->data_log) { /* global position of element 0 (train_data.c); the iterator's last batch is this one */
             const int64_t micro = c->batch / (c->accumulate * t->world);
             tr_data_log_batch(t->data_log, "train", t->train.it, ((t->step * c->accumulate + m) * micro) * t->world + t->rank,
                               t->world);
         }
         const double t1 = tr_now_s();
         const int64_t s1 = mr_trace_begin(k);
-        MR_TRY(tr_dev_feed(&t->dv, s, e.data[0], e.data[1]));
+        if (ahead) {
+            MR_TRY(tr_dev_feed_prefetched(&t->dv, s));
+            if (m == 0) { /* the iterator's position is this step's again */
+                free(t->pf_blob);
+                t->pf_blob = NULL;
+            }
+        } else {
+            MR_TRY(tr_dev_feed(&t->dv, s, e.data[0], e.data[1]));
+        }
         mr_plan_set_dropout_step(s->plan, (uint64_t)(t->step * c->accumulate + m)); /* fresh masks each micro-step */
         if (nf > 0) MR_TRY(mr_plan_run_range(s->plan, 0, nf));
         if (nf > 0) mr_trace_end1(k, s1, "forward", "micro", m);
         const double t2 = tr_now_s();
         const int64_t s2 = nf > 0 ? mr_trace_begin(k) : s1; /* on a GPU one run does both */
         MR_TRY(mr_ddp_backward(t->ddp, run_range, s->plan, nf, mr_plan_num_kernels(s->plan)));
+        const double ta = tr_now_s();
+        MR_TRY(prefetch_next(t, s, m)); /* while the device computes */
+        const double ahead_s = tr_now_s() - ta;
         const void *hl = NULL;
         MR_TRY(tr_dev_read(&t->dv, s, s->io.loss, sizeof(float), &hl)); /* waits for the device */
         mr_trace_end1(k, s2, nf > 0 ? "backward" : "forward_backward", "micro", m);
-        const double t3 = tr_now_s();
-        tm->data += t1 - t0;
+        const double t3 = tr_now_s() - ahead_s; /* the next batch's fetch is data time */
+        tm->data += t1 - t0 + ahead_s;
         tm->fwd += (nf > 0 ? t2 : t3) - t1;
         tm->bwd += nf > 0 ? t3 - t2 : 0.0;
         *loss += *(const float *)hl;

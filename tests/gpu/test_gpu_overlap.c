@@ -1,12 +1,16 @@
-/* The GPU trainer's overlapped data parallelism (README.md "Overlapped gradient buckets and input
- * copies on the GPU"): with 2 GPUs (a thread each, NCCL between them) the gradient is all-reduced
+/* The GPU trainer's overlapped data parallelism and input copies (README.md "Overlapped gradient
+ * buckets and input copies on the GPU"): with 2 GPUs (a thread each, NCCL between them) the gradient is all-reduced
  * in buckets on NCCL's own stream while the backward goes on (distribute/ddp.c), and the result
  * must be the whole-buffer all-reduce's bit for bit, f32 and mixed_bfloat16, and close to 1 GPU
  * with the whole batch. On the CUDA emulator the enqueue/execution log (tests/emu/emu_api.h) also
  * shows the order: each bucket's all-reduce is enqueued before the backward kernels that follow
- * its last gradient, and runs only after every kernel enqueued before it on the compute stream.
- * Exits 77 without a GPU; skips without 2 GPUs or without the Fashion-MNIST files. */
+ * its last gradient, and runs only after every kernel enqueued before it on the compute stream;
+ * batch n+1's host-to-device copy is on its own stream, enqueued before step n's first forward
+ * kernel runs, and fed to step n+1 only after it ran. Batches fetched ahead are neither lost nor
+ * doubled across a checkpoint: a stopped and resumed run logs the straight run's samples
+ * (MIRROR_DATA_LOG), the CPU's, and ends with its parameters bit for bit. Exits 77 without a GPU; skips without 2 GPUs or without the Fashion-MNIST files. */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +35,7 @@ typedef struct trace {
     int64_t log_at[MAX_STEPS + 1]; /* emulator log entries made when step s ended on replica 0 */
     float *params;
     int64_t n;
+    int64_t stop_at; /* request a stop (SIGTERM) after this step; 0: never */
 } trace;
 
 static void on_step(void *ctx, const mr_train_state *ts) {
@@ -43,6 +48,7 @@ static void on_step(void *ctx, const mr_train_state *ts) {
     t->n = mr_params_buffer_numel(ts->params);
     if (!t->params) t->params = th_alloc((size_t)t->n * sizeof(float));
     memcpy(t->params, mr_params_buffer(ts->params), (size_t)t->n * sizeof(float));
+    if (ts->step == t->stop_at) mr_train_request_stop(SIGTERM);
 }
 
 /* A 3-layer MLP whose gradient makes several buckets of 16 KiB (fc2.weight, 32 KiB, is one of
@@ -64,11 +70,65 @@ static mr_train_cfg mlp3(int replicas) {
 
 static void run(mr_train_cfg c, trace *t) {
     mr_train_result r;
+    const int64_t stop_at = t->stop_at;
     memset(t, 0, sizeof *t);
+    t->stop_at = stop_at;
     c.on_step = on_step;
     c.on_step_ctx = t;
     MR_ASSERT_OK(mr_train(&c, &r));
-    assert_int_equal(r.steps, c.steps);
+    if (stop_at > 0) /* replicas agree on a stop at the next step's exchange */
+        assert_true(r.steps >= stop_at && r.steps < c.steps);
+    else
+        assert_int_equal(r.steps, c.steps);
+}
+
+/* The text of MIRROR_DATA_LOG's file for replica `rank` of a run logged to base (must exist). */
+static char *data_log(const char *base, int rank) {
+    char path[4200];
+    size_t n = 0;
+    snprintf(path, sizeof path, "%s.%d", base, rank);
+    char *s = (char *)th_read_file(path, &n);
+    assert_non_null(s);
+    assert_true(n > 0);
+    s[n] = '\0'; /* the spare byte */
+    return s;
+}
+
+/* Stopped after step 3 with a checkpoint (the batch of step 4 already fetched and copied) and
+ * resumed: the samples each replica trained on are the straight run's (and the CPU's), and the
+ * parameters at the end are the straight run's bits. */
+static void test_prefetch_resume(void **state) {
+    (void)state;
+    if (!th_have_fashion_mnist() || mr_cuda_device_count() < 2) skip();
+    mr_train_cfg c = mlp3(2);
+    c.steps = STEPS + 2;
+    trace straight = {0}, first = {.stop_at = 3}, second = {0}, cpu = {0};
+    char log_a[4096], log_b[4096], log_c[4096], ckpt[4096];
+    snprintf(log_a, sizeof log_a, "%s", th_tmp_path("log-straight"));
+    snprintf(log_b, sizeof log_b, "%s", th_tmp_path("log-resumed"));
+    snprintf(log_c, sizeof log_c, "%s", th_tmp_path("log-cpu"));
+    snprintf(ckpt, sizeof ckpt, "%s", th_tmp_path("ckpt-prefetch"));
+    setenv("MIRROR_DATA_LOG", log_a, 1);
+    run(c, &straight);
+    setenv("MIRROR_DATA_LOG", log_b, 1);
+    mr_train_cfg r = c;
+    r.ckpt_dir = ckpt;
+    r.resume = "auto";
+    run(r, &first);
+    run(r, &second);
+    setenv("MIRROR_DATA_LOG", log_c, 1);
+    mr_train_cfg h = c;
+    h.device_kind = MR_DEVICE_CPU;
+    run(h, &cpu);
+    unsetenv("MIRROR_DATA_LOG");
+    for (int rank = 0; rank < 2; rank++) {
+        char *a = data_log(log_a, rank), *b = data_log(log_b, rank), *hc = data_log(log_c, rank);
+        if (strcmp(a, b) != 0) fail_msg("replica %d: the stopped and resumed run trained on other samples than the straight one", rank);
+        if (strcmp(a, hc) != 0) fail_msg("replica %d: the GPU run trained on other samples than the CPU run", rank);
+    }
+    assert_true(straight.n > 0 && straight.n == second.n);
+    assert_memory_equal(straight.params, second.params, (size_t)straight.n * sizeof(float));
+    th_free_all();
 }
 
 /* The bucketed exchange against the whole-buffer one (the same bits) and against 1 GPU (close:
@@ -165,6 +225,67 @@ static int check_step(const mr_emu_log_entry *L, int64_t lo, int64_t hi, uint64_
     return buckets;
 }
 
+/* Batch n+1's copy against step n's and n+1's work, from the log of a 1-GPU run. */
+static void test_input_copy_order(void **state) {
+    (void)state;
+    if (!th_have_fashion_mnist()) skip();
+    mr_train_cfg c = mlp3(1);
+    trace t = {0};
+    mr_emu_log_start();
+    run(c, &t);
+    mr_emu_log_stop();
+    const int64_t n = mr_emu_log_read(NULL, 0);
+    mr_emu_log_entry *L = th_alloc((size_t)(n > 0 ? n : 1) * sizeof *L);
+    assert_int_equal(mr_emu_log_read(L, n), n);
+    uint64_t compute = 0;
+    for (int64_t i = 0; i < n && !compute; i++)
+        if (L[i].device == 0 && is_work(&L[i])) compute = L[i].stream;
+    assert_true(compute != 0);
+    uint64_t prev_h2d_exec = 0; /* when the copies made during the previous step ran */
+    for (int64_t s = 1; s <= c.steps; s++) {
+        const mr_emu_log_entry *first = NULL;
+        uint64_t h2d_enq = 0, h2d_exec = 0;
+        int h2d = 0, d2d = 0;
+        for (int64_t i = t.log_at[s - 1]; i < t.log_at[s]; i++) {
+            const mr_emu_log_entry *e = &L[i];
+            if (e->device == 0 && !first && e->stream == compute && is_work(e)) first = e;
+        }
+        assert_non_null(first);
+        assert_true(first->exec > 0);
+        for (int64_t i = t.log_at[s - 1]; i < t.log_at[s]; i++) {
+            const mr_emu_log_entry *e = &L[i];
+            if (e->device != 0) continue;
+            if (!strcmp(e->what, "cudaMemcpyHostToDevice") && e->stream != compute) {
+                h2d++;
+                if (!e->exec) fail_msg("step %lld: a copy of the next batch never ran", (long long)s);
+                if (e->enq > h2d_enq) h2d_enq = e->enq;
+                if (e->exec > h2d_exec) h2d_exec = e->exec;
+            }
+            if (!strcmp(e->what, "cudaMemcpyDeviceToDevice") && e->stream == compute) {
+                d2d++;
+                if (!(e->enq < first->enq))
+                    fail_msg("step %lld: the batch was fed after the step's first kernel was enqueued", (long long)s);
+                if (!(prev_h2d_exec > 0 && e->exec > prev_h2d_exec))
+                    fail_msg("step %lld: the batch was fed (exec %llu) before its copy ran (exec %llu)", (long long)s,
+                             (unsigned long long)e->exec, (unsigned long long)prev_h2d_exec);
+            }
+        }
+        /* x and y of the batch ahead (not after the run's last step); fed from the copy from the
+         * second step on (the first batch of a run is copied on the compute stream) */
+        assert_int_equal(h2d, s < c.steps ? 2 : 0);
+        assert_int_equal(d2d, s > 1 ? 2 : 0);
+        /* (the first step's window starts with the run's set-up kernels) */
+        if (s > 1 && s < c.steps && !(h2d_enq < first->exec))
+            fail_msg("step %lld: the next batch's copy was enqueued (%llu) after the step's first forward kernel ran (%llu)",
+                     (long long)s, (unsigned long long)h2d_enq, (unsigned long long)first->exec);
+        fprintf(stderr, "step %lld: next batch's copies enqueued at %llu, ran at %llu; the step's first kernel ran at %llu\n",
+                (long long)s, (unsigned long long)h2d_enq, (unsigned long long)h2d_exec,
+                (unsigned long long)first->exec);
+        prev_h2d_exec = h2d_exec;
+    }
+    th_free_all();
+}
+
 /* The order of a 2-GPU overlapped run from the emulator's enqueue/execution log. */
 static void test_bucket_order(void **state) {
     (void)state;
@@ -208,8 +329,10 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bits_f32),
         cmocka_unit_test(test_bits_bf16),
+        cmocka_unit_test(test_prefetch_resume),
 #ifdef MIRROR_EMU
         cmocka_unit_test(test_bucket_order),
+        cmocka_unit_test(test_input_copy_order),
 #endif
     };
     return cmocka_run_group_tests(tests, th_tmpdir_setup, th_tmpdir_teardown);
