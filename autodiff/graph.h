@@ -204,7 +204,7 @@ void mr_plan_set_dropout_step(mr_plan *p, uint64_t step);
 int mr_plan_has_dropout(const mr_plan *p);
 /* CUDA plans on a stream: with on, each kernel range run (mr_plan_run: every kernel, or
  * mr_plan_run_range) is captured into a CUDA graph the first time and replayed after that, up to
- * 16 distinct ranges per plan (the later ones run kernel by kernel); rebinding anything
+ * 64 distinct ranges per plan (the later ones run kernel by kernel); rebinding anything
  * recaptures. Profiling and tracing run kernel by kernel; a capture that fails (a library call
  * that may not be captured) is logged and the plan goes on kernel by kernel. Errors:
  * MR_ERR_UNSUPPORTED for a CPU plan or a plan with dropout (its per-step masks would be frozen). */

@@ -13,7 +13,7 @@
  * checks, no shape arithmetic per step.
  *
  * CUDA graphs (mr_plan_set_graphs): each kernel range a caller runs is captured the first time
- * and replayed after that, up to PLAN_CAPTURES distinct ranges (a full run is one range; the
+ * and replayed after that, up to PLAN_CAPTURES (64) distinct ranges (a full run is one range; the
  * overlapped gradient buckets of distribute/ddp.c run the backward as a few fixed ranges, with
  * events recorded between them, outside any capture); further ranges run kernel by kernel. */
 #include "autodiff/graph_impl.h"
@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { ALIGN = 64, PLAN_CAPTURES = 16 };
+enum { ALIGN = 64, PLAN_CAPTURES = 64 };
 
 /* A kernel range captured into a CUDA graph. */
 typedef struct range_capture {

@@ -38,6 +38,8 @@ typedef struct mr_emu_log_entry {
      * over all streams: an item queued before another ran has the smaller enq than its exec */
     uint64_t enq;    /* when it was queued */
     uint64_t exec;   /* when it ran; 0: not run (yet) */
+    uint64_t waits_for; /* "wait": the id of the stream it waits for (an event's, or the legacy
+                         * stream's implicit order); 0 for the rest */
 } mr_emu_log_entry;
 /* Clears the log and starts recording. */
 void mr_emu_log_start(void);

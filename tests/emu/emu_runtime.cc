@@ -274,6 +274,7 @@ void log_enqueue(CUstream_st *s, item &it) {
     } else {
         snprintf(e.what, sizeof e.what, "%s", it.what ? it.what : "");
     }
+    if (it.kind == item::WAIT && it.ws) e.waits_for = it.ws->id;
     e.enq = ++g->log_clock;
     g->log.push_back(e);
     it.log_id = g->log_base + g->log.size();

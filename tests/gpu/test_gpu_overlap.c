@@ -203,6 +203,13 @@ static int check_step(const mr_emu_log_entry *L, int64_t lo, int64_t hi, uint64_
         if (a->device != 0 || strcmp(a->what, "ncclAllReduce") != 0) continue;
         buckets++;
         assert_true(a->stream != compute); /* NCCL runs on its own stream */
+        /* behind a wait for the compute stream (the event): the entry before it on its stream */
+        const mr_emu_log_entry *before = NULL;
+        for (int64_t j = i - 1; j >= lo && !before; j--)
+            if (L[j].stream == a->stream) before = &L[j];
+        if (!before || strcmp(before->what, "wait") != 0 || before->waits_for != compute)
+            fail_msg("step %lld: bucket %d's all-reduce is not behind a wait for the compute stream (%s)",
+                     (long long)step, buckets, before ? before->what : "nothing before it");
         if (a->exec == 0) fail_msg("step %lld: bucket %d's all-reduce never ran", (long long)step, buckets);
         /* ordered after every kernel enqueued before it on the compute stream (the event) */
         for (int64_t j = lo; j < i; j++)
