@@ -29,7 +29,8 @@
  *             memory);
  *   shard     ZeRO-1: reduce-scatter after the backward, each replica updates its shard
  *             (mr_ddp_shard_of) of the parameters and the optimizer state, all-gather after
- *             (host memory);
+ *             (host memory: comm; device memory: gcomm, NCCL, through a padded device buffer;
+ *             mr_ddp_gather_shards stays on host buffers and comm, for checkpoints);
  *   none      MIRROR_BENCH_NO_ALLREDUCE's baseline: gradients are not exchanged (the replicas
  *             drift apart; never for training), host values are still agreed.
  * Averages are MR_REDUCE_AVG of the communicator (the local and mpi backends add in rank order:
@@ -73,7 +74,7 @@ typedef struct mr_ddp_cfg {
                            * own); 0: 16 MiB */
     int overlap;          /* the caller allows overlap (one backward per step; the buffer is the
                            * gradient finish averages) */
-    int shard;            /* ZeRO-1 (host memory only) */
+    int shard;            /* ZeRO-1 */
     int no_exchange;      /* the benchmark baseline: gradients are not exchanged */
 } mr_ddp_cfg;
 
@@ -85,8 +86,8 @@ typedef struct mr_ddp_shard {
 mr_ddp_shard mr_ddp_shard_of(int64_t n, int world, int rank);
 
 /* Makes the reducer. Collective over cfg->comm in the overlap mode (the queue duplicates it):
- * every replica calls it at the same point with the same configuration. MR_ERR_INVALID for a
- * shard over device memory or an empty shard (naming distribute.shard_optimizer). */
+ * every replica calls it at the same point with the same configuration. MR_ERR_INVALID for an
+ * empty shard (naming distribute.shard_optimizer). */
 mr_status mr_ddp_new(const mr_ddp_cfg *cfg, mr_ddp **out) MR_WUR;
 void mr_ddp_free(mr_ddp *d); /* waits for queued buckets; NULL is a no-op */
 
@@ -124,10 +125,11 @@ mr_status mr_ddp_sumsq(mr_ddp *d, double *sumsq) MR_WUR;
  * not finite, after a failed mr_ddp_all: one all-reduce); a no-op when every replica holds the
  * whole gradient. */
 mr_status mr_ddp_sum_counts(mr_ddp *d, int64_t *counts, int64_t n) MR_WUR;
-/* ZeRO-1: after the update, every replica's shard of params (n floats, host) to every replica.
- * A no-op in the other modes. */
+/* ZeRO-1: after the update, every replica's shard of params (n floats of dev's memory) to every
+ * replica. A no-op in the other modes. */
 mr_status mr_ddp_gather(mr_ddp *d, float *params) MR_WUR;
-/* ZeRO-1: full (n floats) gets every replica's shard (len floats each: an optimizer slot). */
+/* ZeRO-1: full (n floats, host) gets every replica's shard (len floats each, host: an optimizer
+ * slot), over comm. */
 mr_status mr_ddp_gather_shards(mr_ddp *d, const float *shard, float *full) MR_WUR;
 
 /* Seconds the communication thread spent in collectives so far (0 without overlap): against the

@@ -73,8 +73,6 @@ mr_status tr_dev_init(trainer *t, int with_optim) {
     const mr_train_cfg *c = &t->c;
     tr_device *dv = &t->dv;
     if (c->device_kind != MR_DEVICE_CUDA && !c->device_path) return alias_registry(t);
-    MR_CHECK(!t->zero, MR_ERR_UNSUPPORTED,
-             "distribute.shard_optimizer: not available on GPU replicas yet; HINT: set shard_optimizer: false");
     dv->on = 1;
     dv->dev = mr_device_cpu();
     if (c->device_kind == MR_DEVICE_CUDA) {
@@ -104,7 +102,8 @@ mr_status tr_dev_init(trainer *t, int with_optim) {
         MR_TRY(dev_alloc(dv, (size_t)dv->n_bufs * sizeof(float), (void **)&dv->d_bufs));
         MR_TRY(mr_steps_set_device_bufs(t->steps, dv->d_bufs));
     }
-    if (with_optim) MR_TRY(mr_optim_new_on(&c->optim, t->n, dv->dev, dv->stream, &dv->opt));
+    /* ZeRO-1: this replica's shard of the state (train_dist.c tr_zero_init) */
+    if (with_optim) MR_TRY(mr_optim_new_on(&c->optim, t->zero ? t->zsh.len : t->n, dv->dev, dv->stream, &dv->opt));
     if (!c->quiet) {
         char name[32];
         mr_log_info("training on %s (device path: parameters, gradients and optimizer state on the device)",
@@ -171,7 +170,7 @@ mr_status tr_dev_comm(trainer *t) {
 static mr_status copy_optim(trainer *t, int push) {
     tr_device *dv = &t->dv;
     if (!dv->opt || !t->opt) return MR_OK;
-    const size_t bytes = (size_t)t->n * sizeof(float);
+    const size_t bytes = (size_t)(t->zero ? t->zsh.len : t->n) * sizeof(float); /* ZeRO-1: the shard */
     for (int k = 0; k < mr_optim_num_slots(t->opt); k++) {
         float *h = mr_optim_slot(t->opt, k), *d = mr_optim_slot(dv->opt, k);
         mr_status st = push ? dv->be->copy(dv->dev.index, d, h, bytes, to_dev(dv), dv->stream)

@@ -8,7 +8,8 @@
  * batch n+1's host-to-device copy is on its own stream, enqueued before step n's first forward
  * kernel runs, and fed to step n+1 only after it ran. Batches fetched ahead are neither lost nor
  * doubled across a checkpoint: a stopped and resumed run logs the straight run's samples
- * (MIRROR_DATA_LOG), the CPU's, and ends with its parameters bit for bit. Exits 77 without a GPU; skips without 2 GPUs or without the Fashion-MNIST files. */
+ * (MIRROR_DATA_LOG), the CPU's, and ends with its parameters bit for bit. ZeRO-1 over the 2 GPUs
+ * gives the unsharded run's bits, resumed too. Exits 77 without a GPU; skips without 2 GPUs or without the Fashion-MNIST files. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -189,6 +190,36 @@ static void test_bits_bf16(void **state) {
     bits("mixed_bfloat16", MR_BF16, 3e-2);
 }
 
+/* ZeRO-1 on 2 GPUs (NCCL reduce-scatter, each replica's AdamW over its shard, NCCL all-gather):
+ * bit-identical to the unsharded run, f32 and mixed_float16 (loss scaling: the finite check and
+ * the unscale over the shards); a stop and resume through a checkpoint (the optimizer state
+ * gathered into the file and split again) ends on the straight run's bits. */
+static void test_zero1(void **state) {
+    (void)state;
+    if (!th_have_fashion_mnist() || mr_cuda_device_count() < 2) skip();
+    for (int f16 = 0; f16 < 2; f16++) {
+        mr_train_cfg c = mlp3(2);
+        c.compute = f16 ? MR_F16 : MR_F32;
+        trace plain = {0}, zero = {0}, first = {.stop_at = 2}, second = {0};
+        run(c, &plain);
+        c.shard_optimizer = 1;
+        run(c, &zero);
+        assert_true(plain.n > 0 && plain.n == zero.n);
+        for (int64_t i = 0; i < plain.n; i++)
+            if (memcmp(&plain.params[i], &zero.params[i], sizeof(float)) != 0)
+                fail_msg("%s: parameter %lld: ZeRO-1 %.9g, unsharded %.9g (not bit-identical)", f16 ? "f16" : "f32",
+                         (long long)i, zero.params[i], plain.params[i]);
+        char ckpt[4096];
+        snprintf(ckpt, sizeof ckpt, "%s", th_tmp_path(f16 ? "ckpt-zero-f16" : "ckpt-zero-f32"));
+        c.ckpt_dir = ckpt;
+        c.resume = "auto";
+        run(c, &first);
+        run(c, &second);
+        assert_memory_equal(zero.params, second.params, (size_t)zero.n * sizeof(float));
+    }
+    th_free_all();
+}
+
 #ifdef MIRROR_EMU
 /* Backward work: a kernel or a library call (not a copy, wait, event record or NCCL call). */
 static int is_work(const mr_emu_log_entry *e) {
@@ -337,6 +368,7 @@ int main(void) {
         cmocka_unit_test(test_bits_f32),
         cmocka_unit_test(test_bits_bf16),
         cmocka_unit_test(test_prefetch_resume),
+        cmocka_unit_test(test_zero1),
 #ifdef MIRROR_EMU
         cmocka_unit_test(test_bucket_order),
         cmocka_unit_test(test_input_copy_order),
