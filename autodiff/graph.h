@@ -202,14 +202,15 @@ int32_t mr_plan_ready_after(const mr_plan *p, const void *data, size_t bytes);
 void mr_plan_set_dropout_step(mr_plan *p, uint64_t step);
 /* Non-zero when the plan has dropout nodes (their arguments change every step). */
 int mr_plan_has_dropout(const mr_plan *p);
-/* CUDA plans on a stream: with on, a full run (mr_plan_run, or mr_plan_run_range over every
- * kernel) is captured into a CUDA graph the first time and replayed after that; rebinding anything
- * recaptures at the next full run. Partial ranges and profiling run kernel by kernel; a capture
- * that fails (a library call that may not be captured) is logged and the plan goes on kernel by
- * kernel. Errors:
+/* CUDA plans on a stream: with on, each kernel range run (mr_plan_run: every kernel, or
+ * mr_plan_run_range) is captured into a CUDA graph the first time and replayed after that, up to
+ * 64 distinct ranges per plan (the later ones run kernel by kernel); rebinding anything
+ * recaptures. Profiling and tracing run kernel by kernel; a capture that fails (a library call
+ * that may not be captured) is logged and the plan goes on kernel by kernel. Errors:
  * MR_ERR_UNSUPPORTED for a CPU plan or a plan with dropout (its per-step masks would be frozen). */
 mr_status mr_plan_set_graphs(mr_plan *p, int on) MR_WUR;
-/* How many runs were captured (1 in a steady training loop; more means rebinding). */
+/* How many ranges were captured (in a steady training loop: 1, or the number of gradient-bucket
+ * ranges; more means rebinding). */
 int64_t mr_plan_captures(const mr_plan *p);
 /* Times every kernel of later runs, summed per op (on a GPU each kernel is synchronised, which
  * slows the run: for finding where time goes, not for production). Turning it on clears the

@@ -10,7 +10,12 @@
  *
  * Execution: every kernel's mr_op_args is built at plan time; a run patches the pointers of
  * bound inputs/params when a binding changed, then calls the kernels in order: no allocation, no
- * checks, no shape arithmetic per step. */
+ * checks, no shape arithmetic per step.
+ *
+ * CUDA graphs (mr_plan_set_graphs): each kernel range a caller runs is captured the first time
+ * and replayed after that, up to PLAN_CAPTURES (64) distinct ranges (a full run is one range; the
+ * overlapped gradient buckets of distribute/ddp.c run the backward as a few fixed ranges, with
+ * events recorded between them, outside any capture); further ranges run kernel by kernel. */
 #include "autodiff/graph_impl.h"
 #include "core/log.h"
 #include "core/vec.h"
@@ -21,7 +26,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { ALIGN = 64 };
+enum { ALIGN = 64, PLAN_CAPTURES = 64 };
+
+/* A kernel range captured into a CUDA graph. */
+typedef struct range_capture {
+    int32_t first, last;
+    mr_capture *c;
+} range_capture;
 
 typedef enum { SRC_ARENA = 0, SRC_EXTERNAL = 1 } src_kind;
 
@@ -47,8 +58,9 @@ struct mr_plan {
     mr_stream *stream;      /* borrowed; NULL: the device's default stream */
     const mr_backend *be;
     int graphs;             /* replay full runs from a captured CUDA graph (mr_plan_set_graphs) */
-    mr_capture *capture;    /* the captured run; NULL until the first full run after a rebinding */
-    int64_t captures;       /* how many times a run was captured */
+    range_capture caps[PLAN_CAPTURES]; /* the captured ranges; none until the first run after a rebinding */
+    int32_t ncaps;
+    int64_t captures;       /* how many times a range was captured */
     int32_t nvals, nnodes;
     vinfo *vi;
     void **bound;       /* per value: bound external pointer (inputs, params) */
@@ -90,9 +102,42 @@ static int cmp_block(const void *a, const void *b) {
     return x->off < y->off ? -1 : x->off > y->off;
 }
 
+static void drop_captures(mr_plan *p) {
+    for (int32_t i = 0; i < p->ncaps; i++) mr_capture_free(p->caps[i].c);
+    p->ncaps = 0;
+}
+
+/* The capture of [first, last), made now when there is room for it (NULL: run kernel by kernel;
+ * nothing of the range ran). */
+static mr_capture *capture_of(mr_plan *p, int32_t first, int32_t last) {
+    for (int32_t i = 0; i < p->ncaps; i++)
+        if (p->caps[i].first == first && p->caps[i].last == last) return p->caps[i].c;
+    if (p->ncaps == PLAN_CAPTURES) return NULL;
+    mr_status s = mr_capture_begin(p->dev, p->stream);
+    const int began = s == MR_OK;
+    for (int32_t n = first; n < last && s == MR_OK; n++) s = p->fns[n](&p->args[n]);
+    mr_capture *c = NULL;
+    if (began) { /* always ended, even when a kernel failed inside it */
+        mr_status s2 = mr_capture_end(p->dev, p->stream, &c);
+        if (s == MR_OK) s = s2;
+    }
+    if (s != MR_OK) {
+        /* a kernel that cannot be captured (a library allocating or synchronising on first use):
+         * nothing ran, so run uncaptured from now on */
+        mr_capture_free(c);
+        mr_log_warn("plan: CUDA graph capture failed, running kernel by kernel: %s", mr_last_error());
+        p->graphs = 0;
+        drop_captures(p);
+        return NULL;
+    }
+    p->caps[p->ncaps++] = (range_capture){first, last, c};
+    p->captures++;
+    return c;
+}
+
 void mr_plan_free(mr_plan *p) {
     if (!p) return;
-    mr_capture_free(p->capture);
+    drop_captures(p);
     if (p->be && p->arena) p->be->free(p->dev.index, p->arena);
     free(p->vi);
     free(p->bound);
@@ -297,33 +342,13 @@ mr_status mr_plan_run_range(mr_plan *p, int32_t first, int32_t last) {
             (q->is_out ? p->args[q->node].out : p->args[q->node].in)[q->slot].data = d ? (char *)d + q->off : NULL;
         }
         p->dirty = 0;
-        /* the captured run holds the old pointers */
-        mr_capture_free(p->capture);
-        p->capture = NULL;
+        /* the captured ranges hold the old pointers */
+        drop_captures(p);
     }
     const int traced = p->trace && mr_trace_on(p->trace);
-    if (p->graphs && !p->profile && !traced && first == 0 && last == p->nnodes) {
-        if (!p->capture) {
-            mr_status st = mr_capture_begin(p->dev, p->stream);
-            const int began = st == MR_OK;
-            for (int32_t n = 0; n < p->nnodes && st == MR_OK; n++) st = p->fns[n](&p->args[n]);
-            mr_capture *c = NULL;
-            if (began) { /* always ended, even when a kernel failed inside it */
-                mr_status st2 = mr_capture_end(p->dev, p->stream, &c);
-                if (st == MR_OK) st = st2;
-            }
-            if (st == MR_OK) {
-                p->capture = c;
-                p->captures++;
-            } else {
-                /* a kernel that cannot be captured (a library allocating or synchronising on
-                 * first use): nothing ran, so run uncaptured from now on */
-                mr_capture_free(c);
-                mr_log_warn("plan: CUDA graph capture failed, running kernel by kernel: %s", mr_last_error());
-                p->graphs = 0;
-            }
-        }
-        if (p->capture) return mr_capture_launch(p->capture, p->stream);
+    if (p->graphs && !p->profile && !traced && first < last) {
+        mr_capture *c = capture_of(p, first, last);
+        if (c) return mr_capture_launch(c, p->stream);
     }
     if (!p->profile && !traced) {
         for (int32_t n = first; n < last; n++) {
@@ -367,8 +392,7 @@ mr_status mr_plan_set_graphs(mr_plan *p, int on) {
         return mr_set_error(MR_ERR_UNSUPPORTED, "plan: a plan with dropout cannot be replayed from a CUDA graph "
                                                 "(its masks change every step)");
     p->graphs = on;
-    mr_capture_free(p->capture);
-    p->capture = NULL;
+    drop_captures(p);
     return MR_OK;
 }
 

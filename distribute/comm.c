@@ -215,6 +215,13 @@ mr_status mr_comm_allreduce(mr_comm *c, void *buf, int64_t n, mr_dtype dt, mr_re
     return run(c, &o);
 }
 
+mr_status mr_comm_nccl_allreduce_async(mr_comm *c, void *buf, int64_t n, mr_dtype dt, mr_reduce_op op) {
+    if (!c || c->backend != MR_COMM_NCCL)
+        return mr_set_error(MR_ERR_INVALID, "mr_comm_nccl_allreduce_async: not an nccl communicator");
+    mr_coll o = {.kind = MR_COLL_ALLREDUCE, .buf = buf, .n = n, .dt = dt, .op = op, .nowait = 1};
+    return run(c, &o);
+}
+
 mr_status mr_comm_broadcast(mr_comm *c, void *buf, int64_t n, mr_dtype dt, int root) {
     mr_coll o = {.kind = MR_COLL_BROADCAST, .buf = buf, .n = n, .dt = dt, .root = root};
     return run(c, &o);
@@ -470,5 +477,15 @@ mr_status mr_comm_nccl_group_begin(mr_comm *const *comms, int n) {
 mr_status mr_comm_nccl_group_end(mr_comm *const *comms, int n) {
     (void)comms, (void)n;
     return mr_set_error(MR_ERR_UNSUPPORTED, "mr_comm_nccl_group_end: %s", MR_NO_NCCL);
+}
+
+mr_status mr_comm_nccl_wait_event(mr_comm *c, mr_event *e) {
+    (void)c, (void)e;
+    return mr_set_error(MR_ERR_UNSUPPORTED, "mr_comm_nccl_wait_event: %s", MR_NO_NCCL);
+}
+
+mr_status mr_comm_nccl_record_event(mr_comm *c, mr_event *e) {
+    (void)c, (void)e;
+    return mr_set_error(MR_ERR_UNSUPPORTED, "mr_comm_nccl_record_event: %s", MR_NO_NCCL);
 }
 #endif

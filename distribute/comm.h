@@ -33,6 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/device.h" /* mr_event */
 #include "core/dtype.h"
 #include "core/status.h"
 
@@ -136,6 +137,29 @@ mr_status mr_comm_nccl_group_begin(mr_comm *const *comms, int n) MR_WUR;
  * message names the first collective of the stuck communicator, its number, size and rank),
  * MR_ERR_UNSUPPORTED (built without NCCL). */
 mr_status mr_comm_nccl_group_end(mr_comm *const *comms, int n) MR_WUR;
+
+/* Stream-ordered use of an nccl communicator, for work overlapped with a compute stream (the
+ * gradient buckets of distribute/ddp.c): the communicator's own stream waits for a point of the
+ * compute stream, collectives are enqueued on it without a host wait, and the compute stream
+ * waits for a point of it.
+ *   mr_comm_nccl_wait_event    the communicator's stream waits for e (an event of its GPU, recorded
+ *                              on the stream that writes what the next collectives read);
+ *   mr_comm_nccl_allreduce_async  the all-reduce of mr_comm_allreduce (same checks, same numbering,
+ *                              same NCCL call, so the same bits), enqueued on the communicator's
+ *                              stream; returns once NCCL has accepted it (a non-blocking
+ *                              communicator is polled past ncclInProgress, with the deadline), not
+ *                              when it completed: buf must not be touched until a stream that waits
+ *                              for mr_comm_nccl_record_event's point has passed it;
+ *   mr_comm_nccl_record_event  records e on the communicator's stream after everything enqueued
+ *                              so far, and checks NCCL's error state without waiting.
+ * Outside a group only, one thread per communicator (n_local 1). The deadline covers enqueuing,
+ * not completion: a peer that never joins blocks the stream that waits for the record (its next
+ * host synchronisation), not this call. Errors: MR_ERR_INVALID (not an nccl communicator, an event
+ * of another GPU), MR_ERR_COMM (as the collectives), MR_ERR_DEVICE (the CUDA runtime),
+ * MR_ERR_UNSUPPORTED (built without NCCL). */
+mr_status mr_comm_nccl_wait_event(mr_comm *c, mr_event *e) MR_WUR;
+mr_status mr_comm_nccl_allreduce_async(mr_comm *c, void *buf, int64_t n, mr_dtype dt, mr_reduce_op op) MR_WUR;
+mr_status mr_comm_nccl_record_event(mr_comm *c, mr_event *e) MR_WUR;
 
 /* Non-zero when this process was started by a launcher with more than one rank (mpirun/mpiexec
  * of Open MPI, MPICH or MVAPICH, or srun), read from the launcher's environment variables

@@ -36,6 +36,7 @@ typedef struct mr_coll {
     mr_reduce_op op;
     int root;
     mr_comm **dup_out; /* MR_COLL_DUP: receives the new communicator */
+    int nowait;        /* nccl: enqueue only (mr_comm_nccl_allreduce_async) */
 } mr_coll;
 
 typedef struct mr_comm_vtable {

@@ -502,7 +502,7 @@ static mr_status nccl_collective(mr_comm *c, const mr_coll *op) {
         return MR_OK;
     }
     int bad = 0;
-    MR_TRY(wait_done(&c, 1, c->timeout_s, 1, &bad));
+    MR_TRY(wait_done(&c, 1, c->timeout_s, !op->nowait, &bad)); /* nowait: accepted, not completed */
     return MR_OK;
 fail:
     mr_coll_describe(c, op, what, sizeof what);
@@ -511,6 +511,38 @@ fail:
     family_fail(f, mr_comm_strip_loc(mr_last_error()), !x->grouped);
     return st;
 }
+
+/* ---- stream order (comm.h: mr_comm_nccl_wait_event, mr_comm_nccl_record_event) ------------------ */
+
+static mr_status stream_event(mr_comm *c, mr_event *e, int record) {
+    mr_status st = MR_OK;
+    const char *fn = record ? "mr_comm_nccl_record_event" : "mr_comm_nccl_wait_event";
+    MR_CHECK(c && c->backend == MR_COMM_NCCL, MR_ERR_INVALID, "%s: not an nccl communicator", fn);
+    nccl_ctx *x = c->ctx;
+    MR_CHECK(e && e->device == x->device, MR_ERR_INVALID, "%s: the event is not one of cuda:%d", fn, x->device);
+    MR_CHECK(!x->grouped, MR_ERR_INVALID, "%s: rank %d is in an open group", fn, c->rank);
+    if (!record) {
+        MR_TRY_CUDA(cudaStreamWaitEvent(x->stream, e->e, 0));
+        return MR_OK;
+    }
+    MR_TRY_CUDA(cudaEventRecord(e->e, x->stream));
+    /* NCCL's error state, without waiting: a failure reported since the last collective */
+    ncclResult_t r = ncclSuccess;
+    pthread_mutex_lock(&x->fam->mu);
+    ncclComm_t h = x->fam->h[x->idx];
+    if (h) {
+        ncclResult_t q = ncclCommGetAsyncError(h, &r);
+        if (q != ncclSuccess) r = q;
+    }
+    pthread_mutex_unlock(&x->fam->mu);
+    MR_CHECK(h, MR_ERR_COMM, "%s on rank %d: the communicator was aborted", fn, c->rank);
+    if (r != ncclSuccess && r != ncclInProgress) MR_TRY(nccl_error(r, fn));
+fail:
+    return st;
+}
+
+mr_status mr_comm_nccl_wait_event(mr_comm *c, mr_event *e) { return stream_event(c, e, 0); }
+mr_status mr_comm_nccl_record_event(mr_comm *c, mr_event *e) { return stream_event(c, e, 1); }
 
 /* ---- groups ------------------------------------------------------------------------------------ */
 

@@ -19,11 +19,18 @@
  *   overlap   buckets of bucket_bytes (the first kept to 1 MiB, DDP's rule) all-reduced on a queue
  *             (mr_comm_queue) while the backward goes on: host memory, one micro-batch per step,
  *             a backend with queues (not hier, not nccl);
+ *   overlap on the device  the same buckets, device memory moved by an nccl gcomm, one micro-batch
+ *             per step: as the kernel range that writes a bucket's last gradient is enqueued, an
+ *             event recorded on `stream` orders the bucket's all-reduce on the communicator's
+ *             stream (mr_comm_nccl_allreduce_async: the whole buffer's NCCL call per element, so
+ *             the same bits), while the backward goes on; finish makes `stream` wait for the
+ *             communicator's stream (an event; the host does not wait);
  *   allreduce one all-reduce of the whole buffer after the backward (on gcomm: NCCL for device
  *             memory);
  *   shard     ZeRO-1: reduce-scatter after the backward, each replica updates its shard
  *             (mr_ddp_shard_of) of the parameters and the optimizer state, all-gather after
- *             (host memory);
+ *             (host memory: comm; device memory: gcomm, NCCL, through a padded device buffer;
+ *             mr_ddp_gather_shards stays on host buffers and comm, for checkpoints);
  *   none      MIRROR_BENCH_NO_ALLREDUCE's baseline: gradients are not exchanged (the replicas
  *             drift apart; never for training), host values are still agreed.
  * Averages are MR_REDUCE_AVG of the communicator (the local and mpi backends add in rank order:
@@ -67,7 +74,7 @@ typedef struct mr_ddp_cfg {
                            * own); 0: 16 MiB */
     int overlap;          /* the caller allows overlap (one backward per step; the buffer is the
                            * gradient finish averages) */
-    int shard;            /* ZeRO-1 (host memory only) */
+    int shard;            /* ZeRO-1 */
     int no_exchange;      /* the benchmark baseline: gradients are not exchanged */
 } mr_ddp_cfg;
 
@@ -79,8 +86,8 @@ typedef struct mr_ddp_shard {
 mr_ddp_shard mr_ddp_shard_of(int64_t n, int world, int rank);
 
 /* Makes the reducer. Collective over cfg->comm in the overlap mode (the queue duplicates it):
- * every replica calls it at the same point with the same configuration. MR_ERR_INVALID for a
- * shard over device memory or an empty shard (naming distribute.shard_optimizer). */
+ * every replica calls it at the same point with the same configuration. MR_ERR_INVALID for an
+ * empty shard (naming distribute.shard_optimizer). */
 mr_status mr_ddp_new(const mr_ddp_cfg *cfg, mr_ddp **out) MR_WUR;
 void mr_ddp_free(mr_ddp *d); /* waits for queued buckets; NULL is a no-op */
 
@@ -100,7 +107,8 @@ typedef struct mr_ddp_part {
 /* Ends a step's exchange. agree (n_agree doubles, host memory) becomes the sum over the replicas;
  * g (n floats: the gradient buffer, or an accumulation buffer in the modes without overlap)
  * becomes the replicas' average (shard: only this replica's shard, in the reducer's own buffer).
- * Order: in the overlap mode the buckets are waited for, then the host values agreed; in the
+ * Order: in the overlap mode the buckets are waited for, then the host values agreed; on the device
+ * the stream is made to wait for the buckets (no host wait), then the host values agreed; in the
  * others dev's stream is synchronised and the host values agreed first, which doubles as a
  * per-step barrier (a replica that failed before the exchange stops the others through the host
  * communicator, not in an NCCL kernel), then the gradient moves. Single replica: only *upd is
@@ -117,18 +125,21 @@ mr_status mr_ddp_sumsq(mr_ddp *d, double *sumsq) MR_WUR;
  * not finite, after a failed mr_ddp_all: one all-reduce); a no-op when every replica holds the
  * whole gradient. */
 mr_status mr_ddp_sum_counts(mr_ddp *d, int64_t *counts, int64_t n) MR_WUR;
-/* ZeRO-1: after the update, every replica's shard of params (n floats, host) to every replica.
- * A no-op in the other modes. */
+/* ZeRO-1: after the update, every replica's shard of params (n floats of dev's memory) to every
+ * replica. A no-op in the other modes. */
 mr_status mr_ddp_gather(mr_ddp *d, float *params) MR_WUR;
-/* ZeRO-1: full (n floats) gets every replica's shard (len floats each: an optimizer slot). */
+/* ZeRO-1: full (n floats, host) gets every replica's shard (len floats each, host: an optimizer
+ * slot), over comm. */
 mr_status mr_ddp_gather_shards(mr_ddp *d, const float *shard, float *full) MR_WUR;
 
 /* Seconds the communication thread spent in collectives so far (0 without overlap): against the
  * waited time, the share of the exchange the backward hid. */
 double mr_ddp_busy_seconds(const mr_ddp *d);
-/* Non-zero in the overlap mode. */
+/* Non-zero in the overlap mode (host memory, a communication thread). */
 int mr_ddp_overlaps(const mr_ddp *d);
-/* The buckets of the overlap mode (0 in the others). */
+/* Non-zero in the overlap mode on the device (NCCL on its own stream). */
+int mr_ddp_overlaps_on_device(const mr_ddp *d);
+/* The buckets of the overlap modes (0 in the others). */
 int mr_ddp_num_buckets(const mr_ddp *d);
 /* Traces the exchange (core/trace.h; NULL: not): on `caller` (the thread calling the reducer) an
  * instant "bucket_ready" (arg bucket) as each bucket is queued and a span "wait_buckets" in

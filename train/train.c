@@ -380,6 +380,7 @@ static void trainer_free(trainer *t) {
     tr_dev_free(t);
     pipeline_free(&t->train);
     if (t->data_log) fclose(t->data_log);
+    free(t->pf_blob);
     mr_optim_free(t->opt);
     mr_steps_free(t->steps);
     mr_params_free(t->ps);

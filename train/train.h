@@ -141,6 +141,9 @@ typedef struct mr_train_cfg {
      * what a test of "no host synchronisation between log steps" counts). */
     void (*on_log)(void *ctx, const struct mr_train_state *state, int done);
     void *on_log_ctx;
+    /* Tests: 1 all-reduces the whole gradient buffer after the backward, as with accumulation,
+     * instead of in buckets behind it (the reference the overlapped exchange must equal). */
+    int no_grad_overlap;
 } mr_train_cfg;
 
 /* What on_step sees on replica 0 (borrowed for the call): the registry (parameters by name), the optimizer

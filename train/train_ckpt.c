@@ -76,7 +76,14 @@ mr_status tr_ckpt_save(trainer *t, const char *path) {
     }
     /* the data position, the same whatever the number of replicas (data.h, mr_data_iter_save_global):
      * every replica computes the same blob, which the replicas check before rank 0 writes it */
-    MR_TRY(mr_data_iter_save_global(t->train.it, &blob, &bytes));
+    if (t->pf_blob) { /* the next step's first batch is already fetched (train_step.c prefetch_next) */
+        blob = malloc(t->pf_bytes ? t->pf_bytes : 1);
+        MR_CHECK(blob, MR_ERR_NOMEM, "checkpoint: out of memory");
+        memcpy(blob, t->pf_blob, t->pf_bytes);
+        bytes = t->pf_bytes;
+    } else {
+        MR_TRY(mr_data_iter_save_global(t->train.it, &blob, &bytes));
+    }
     if (t->comm) {
         int64_t mine[2] = {(int64_t)bytes, (int64_t)(ds_blob_hash(blob, bytes) >> 1)};
         sizes = calloc((size_t)(2 * t->world), sizeof *sizes);

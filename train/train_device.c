@@ -8,11 +8,15 @@
  * the host path's bits; tests/unit/test_trainer_device.c checks that, which covers everything
  * here but the CUDA kernels and copies themselves.
  *
- * Input batches: a pinned host staging buffer per input, then an asynchronous copy on the
- * replica's stream; an event says when the staging may be written again. Nothing is read back
- * during a steady step (the trainer's decisions, skip or clip, are taken on the device:
- * train_step.c), so the host enqueues ahead until a staging buffer is still being copied from;
- * the copy runs on the compute stream, so there is no copy/compute overlap yet (issue 16, item 3). */
+ * Input batches: on a GPU the training loop (train_step.c) fetches batch n+1 while step n
+ * computes and copies it on a copy stream (tr_dev_prefetch): two pinned staging slots and two
+ * device landing buffers, events ordering each copy before the step that reads it and each slot's
+ * reuse after its reader; the step's bound input buffers get a device copy at its start, so the
+ * plan's bindings (and its captured graphs) never change. Other batches (evaluation, the first
+ * of a run) go through tr_dev_feed: a pinned staging buffer per input, then an asynchronous copy
+ * on the replica's stream; an event says when that staging may be written again.
+ * Nothing is read back during a steady step (the trainer's decisions, skip or clip, are taken on
+ * the device: train_step.c). */
 #include "train/train_impl.h"
 #include "core/log.h"
 #include "core/vec.h"
@@ -71,8 +75,6 @@ mr_status tr_dev_init(trainer *t, int with_optim) {
     const mr_train_cfg *c = &t->c;
     tr_device *dv = &t->dv;
     if (c->device_kind != MR_DEVICE_CUDA && !c->device_path) return alias_registry(t);
-    MR_CHECK(!t->zero, MR_ERR_UNSUPPORTED,
-             "distribute.shard_optimizer: not available on GPU replicas yet; HINT: set shard_optimizer: false");
     dv->on = 1;
     dv->dev = mr_device_cpu();
     if (c->device_kind == MR_DEVICE_CUDA) {
@@ -88,6 +90,7 @@ mr_status tr_dev_init(trainer *t, int with_optim) {
     }
     MR_TRY(mr_backend_get(dv->dev.kind, &dv->be));
     if (dv->dev.kind == MR_DEVICE_CUDA) MR_TRY(dv->be->stream_new(dv->dev.index, &dv->stream));
+    if (dv->dev.kind == MR_DEVICE_CUDA) MR_TRY(dv->be->stream_new(dv->dev.index, &dv->copy_stream));
     const size_t pb = (size_t)(t->n ? t->n : 1) * sizeof(float);
     MR_TRY(dev_alloc(dv, pb, (void **)&dv->d_params));
     MR_TRY(dev_alloc(dv, pb, (void **)&dv->d_grads));
@@ -103,8 +106,9 @@ mr_status tr_dev_init(trainer *t, int with_optim) {
         MR_TRY(dev_alloc(dv, (size_t)dv->n_bufs * sizeof(float), (void **)&dv->d_bufs));
         MR_TRY(mr_steps_set_device_bufs(t->steps, dv->d_bufs));
     }
+    /* ZeRO-1: this replica's shard of the state (train_dist.c tr_zero_init) */
     if (with_optim) {
-        MR_TRY(mr_optim_new_on(&c->optim, t->n, dv->dev, dv->stream, &dv->opt));
+        MR_TRY(mr_optim_new_on(&c->optim, t->zero ? t->zsh.len : t->n, dv->dev, dv->stream, &dv->opt));
         /* Adam's bias corrections for every step the run can reach (the step count is the device's) */
         MR_TRY(mr_optim_reserve(dv->opt, c->steps));
     }
@@ -123,12 +127,22 @@ void tr_dev_free(trainer *t) {
     if (!dv->be) return;
     if (dv->own_gcomm) mr_comm_free(dv->gcomm);
     mr_optim_free(dv->opt);
+    if (dv->copy_stream) (void)dv->be->stream_sync(dv->copy_stream); /* nothing reads the staging after this */
     for (int i = 0; i < dv->n_in; i++) {
-        dv->be->free(dv->dev.index, dv->in[i].d_x);
-        dv->be->free(dv->dev.index, dv->in[i].d_y);
-        host_free(dv, dv->in[i].h_x);
-        host_free(dv, dv->in[i].h_y);
-        if (dv->in[i].ev) dv->be->event_free(dv->in[i].ev);
+        tr_dev_inputs *in = &dv->in[i];
+        dv->be->free(dv->dev.index, in->d_x);
+        dv->be->free(dv->dev.index, in->d_y);
+        host_free(dv, in->h_x);
+        host_free(dv, in->h_y);
+        if (in->ev) dv->be->event_free(in->ev);
+        for (int k = 0; k < 2; k++) {
+            dv->be->free(dv->dev.index, in->d_xs[k]);
+            dv->be->free(dv->dev.index, in->d_ys[k]);
+            host_free(dv, in->h_xs[k]);
+            host_free(dv, in->h_ys[k]);
+            if (in->copied[k]) dv->be->event_free(in->copied[k]);
+            if (in->consumed[k]) dv->be->event_free(in->consumed[k]);
+        }
     }
     free(dv->h_read);
     dv->be->free(dv->dev.index, dv->d_acc);
@@ -142,6 +156,9 @@ void tr_dev_free(trainer *t) {
     free(dv->h_ctl);
     dv->be->free(dv->dev.index, dv->d_bufs);
     dv->be->free(dv->dev.index, dv->d_scratch);
+    for (int k = 0; k < 2; k++)
+        if (dv->ev_ctl[k]) dv->be->event_free(dv->ev_ctl[k]);
+    if (dv->copy_stream) dv->be->stream_free(dv->copy_stream);
     if (dv->stream) dv->be->stream_free(dv->stream);
     memset(dv, 0, sizeof *dv);
 }
@@ -165,7 +182,7 @@ mr_status tr_dev_comm(trainer *t) {
 static mr_status copy_optim(trainer *t, int push) {
     tr_device *dv = &t->dv;
     if (!dv->opt || !t->opt) return MR_OK;
-    const size_t bytes = (size_t)t->n * sizeof(float);
+    const size_t bytes = (size_t)(t->zero ? t->zsh.len : t->n) * sizeof(float); /* ZeRO-1: the shard */
     for (int k = 0; k < mr_optim_num_slots(t->opt); k++) {
         float *h = mr_optim_slot(t->opt, k), *d = mr_optim_slot(dv->opt, k);
         mr_status st = push ? dv->be->copy(dv->dev.index, d, h, bytes, to_dev(dv), dv->stream)
@@ -223,18 +240,14 @@ static size_t val_bytes(const mr_step *s, mr_val v) {
     return (size_t)mr_shape_numel(&sh) * mr_dtype_size(mr_graph_dtype(s->g, v));
 }
 
-mr_status tr_dev_feed(tr_device *dv, mr_step *s, const void *x, const void *y) {
+/* Step s's input buffers, made and bound at its first batch (a captured graph keeps them). */
+static mr_status inputs_of(tr_device *dv, mr_step *s, tr_dev_inputs **out) {
     mr_status st = MR_OK;
-    if (!dv->on) {
-        MR_TRY(mr_plan_bind(s->plan, s->io.x, (void *)x));
-        MR_TRY(mr_plan_bind(s->plan, s->io.y, (void *)y));
-        return MR_OK;
-    }
     tr_dev_inputs *in = NULL;
+    *out = NULL;
     for (int i = 0; i < dv->n_in && !in; i++)
         if (dv->in[i].s == s) in = &dv->in[i];
     if (!in) {
-        /* first batch for this step: its device buffers, bound once (a captured graph keeps them) */
         MR_CHECK(dv->n_in < TR_DEV_MAX_STEPS, MR_ERR_INTERNAL, "trainer: more than %d compiled steps on the device",
                  TR_DEV_MAX_STEPS);
         in = &dv->in[dv->n_in++];
@@ -251,6 +264,21 @@ mr_status tr_dev_feed(tr_device *dv, mr_step *s, const void *x, const void *y) {
         MR_TRY(mr_plan_bind(s->plan, s->io.x, in->d_x));
         MR_TRY(mr_plan_bind(s->plan, s->io.y, in->d_y));
     }
+    *out = in;
+fail:
+    return st;
+}
+
+mr_status tr_dev_feed(tr_device *dv, mr_step *s, const void *x, const void *y) {
+    mr_status st = MR_OK;
+    if (!dv->on) {
+        MR_TRY(mr_plan_bind(s->plan, s->io.x, (void *)x));
+        MR_TRY(mr_plan_bind(s->plan, s->io.y, (void *)y));
+        return MR_OK;
+    }
+    tr_dev_inputs *in = NULL;
+    MR_TRY(inputs_of(dv, s, &in));
+    MR_CHECK(!in->pending, MR_ERR_INTERNAL, "trainer: a batch was fed while the next one was already copied");
     if (dv->dev.kind == MR_DEVICE_CPU) {
         MR_TRY(dv->be->copy(0, in->d_x, x, in->bx, MR_COPY_H2H, NULL));
         MR_TRY(dv->be->copy(0, in->d_y, y, in->by, MR_COPY_H2H, NULL));
@@ -270,6 +298,67 @@ mr_status tr_dev_feed(tr_device *dv, mr_step *s, const void *x, const void *y) {
     MR_TRY(dv->be->copy(dv->dev.index, in->d_x, in->h_x, in->bx, MR_COPY_H2D, dv->stream));
     MR_TRY(dv->be->copy(dv->dev.index, in->d_y, in->h_y, in->by, MR_COPY_H2D, dv->stream));
     MR_TRY(dv->be->event_record(in->ev, dv->stream));
+fail:
+    return st;
+}
+
+int tr_dev_can_prefetch(const tr_device *dv) { return dv->on && dv->copy_stream != NULL; }
+
+int tr_dev_prefetched(const tr_device *dv, const mr_step *s) {
+    for (int i = 0; i < dv->n_in; i++)
+        if (dv->in[i].s == s) return dv->in[i].pending != 0;
+    return 0;
+}
+
+mr_status tr_dev_prefetch(tr_device *dv, mr_step *s, const void *x, const void *y) {
+    mr_status st = MR_OK;
+    tr_dev_inputs *in = NULL;
+    MR_CHECK(tr_dev_can_prefetch(dv), MR_ERR_INTERNAL, "trainer: no copy stream for the next batch");
+    MR_TRY(inputs_of(dv, s, &in));
+    MR_CHECK(!in->pending, MR_ERR_INTERNAL, "trainer: two batches ahead on the copy stream");
+    const int k = in->next_slot;
+    if (!in->h_xs[0]) /* the first batch ahead: both slots (a later allocation would wait for the device) */
+        for (int j = 0; j < 2; j++) {
+            MR_TRY(host_alloc(dv, in->bx, &in->h_xs[j]));
+            MR_TRY(host_alloc(dv, in->by, &in->h_ys[j]));
+            MR_TRY(dev_alloc(dv, in->bx, &in->d_xs[j]));
+            MR_TRY(dev_alloc(dv, in->by, &in->d_ys[j]));
+            MR_TRY(dv->be->event_new(dv->dev.index, &in->copied[j]));
+            MR_TRY(dv->be->event_new(dv->dev.index, &in->consumed[j]));
+            /* dev_alloc zeroes on the compute stream: the copy stream lands after it */
+            MR_TRY(dv->be->event_record(in->consumed[j], dv->stream));
+            MR_TRY(dv->be->stream_wait_event(dv->copy_stream, in->consumed[j]));
+        }
+    if (in->slot_used[k]) {
+        /* the staging is read by the slot's previous copy (two batches ago, fed at the start of
+         * the last step: done on a GPU, so this returns at once); the landing buffers by the last
+         * step's device copy, which the copy stream waits for */
+        MR_TRY(dv->be->event_sync(in->copied[k]));
+        MR_TRY(dv->be->stream_wait_event(dv->copy_stream, in->consumed[k]));
+    }
+    memcpy(in->h_xs[k], x, in->bx);
+    memcpy(in->h_ys[k], y, in->by);
+    MR_TRY(dv->be->copy(dv->dev.index, in->d_xs[k], in->h_xs[k], in->bx, MR_COPY_H2D, dv->copy_stream));
+    MR_TRY(dv->be->copy(dv->dev.index, in->d_ys[k], in->h_ys[k], in->by, MR_COPY_H2D, dv->copy_stream));
+    MR_TRY(dv->be->event_record(in->copied[k], dv->copy_stream));
+    in->pending = k + 1;
+    in->next_slot = 1 - k;
+fail:
+    return st;
+}
+
+mr_status tr_dev_feed_prefetched(tr_device *dv, mr_step *s) {
+    mr_status st = MR_OK;
+    tr_dev_inputs *in = NULL;
+    MR_TRY(inputs_of(dv, s, &in));
+    MR_CHECK(in->pending, MR_ERR_INTERNAL, "trainer: no batch ahead to feed");
+    const int k = in->pending - 1;
+    MR_TRY(dv->be->stream_wait_event(dv->stream, in->copied[k]));
+    MR_TRY(dv->be->copy(dv->dev.index, in->d_x, in->d_xs[k], in->bx, MR_COPY_D2D, dv->stream));
+    MR_TRY(dv->be->copy(dv->dev.index, in->d_y, in->d_ys[k], in->by, MR_COPY_D2D, dv->stream));
+    MR_TRY(dv->be->event_record(in->consumed[k], dv->stream));
+    in->slot_used[k] = 1;
+    in->pending = 0;
 fail:
     return st;
 }

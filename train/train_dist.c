@@ -120,6 +120,9 @@ mr_status tr_ddp_new(trainer *t, const mr_step *s) {
     const char *bench = getenv("MIRROR_BENCH_NO_ALLREDUCE");
     const int no_exchange = t->comm && bench && !strcmp(bench, "1");
     if (no_exchange && t->rank == 0) mr_log_warn("MIRROR_BENCH_NO_ALLREDUCE=1: replicas do not exchange gradients");
+    /* the injected overflow (a test hook) is written into the gradient after the backward, which
+     * on a GPU would race with the buckets' all-reduces on the communication stream */
+    const int overlap = c->accumulate == 1 && !c->no_grad_overlap && !(t->dv.dev.kind == MR_DEVICE_CUDA && c->inject_nonfinite_at > 0);
     mr_ddp_cfg dc = {.comm = t->comm,
                      .gcomm = t->dv.gcomm, /* NULL on the host path: comm */
                      .dev = t->gdev,
@@ -129,7 +132,7 @@ mr_status tr_ddp_new(trainer *t, const mr_step *s) {
                      .params = ps,
                      .n_params = np,
                      .bucket_bytes = (c->bucket_mb > 0 ? c->bucket_mb : 16.0) * 1048576.0,
-                     .overlap = c->accumulate == 1,
+                     .overlap = overlap,
                      .shard = t->zero,
                      .no_exchange = no_exchange};
     MR_TRY(mr_ddp_new(&dc, &t->ddp));

@@ -33,6 +33,14 @@ typedef struct tr_dev_inputs {
     void *h_x, *h_y;      /* pinned host staging */
     size_t bx, by;
     mr_event *ev;         /* recorded after the staging was last copied from (NULL: never) */
+    /* the next batch on the copy stream (tr_dev_prefetch), double-buffered: slot k's pinned
+     * staging and device landing buffers, the event after its host-to-device copy (copy stream)
+     * and the one after its device copy into d_x, d_y (compute stream) */
+    void *h_xs[2], *h_ys[2], *d_xs[2], *d_ys[2];
+    mr_event *copied[2], *consumed[2];
+    int slot_used[2];     /* the slot's events were recorded */
+    int next_slot;
+    int pending;          /* slot + 1 of a batch copied but not fed yet; 0: none */
 } tr_dev_inputs;
 
 typedef struct tr_device {
@@ -40,6 +48,9 @@ typedef struct tr_device {
     mr_device dev;
     const mr_backend *be;
     mr_stream *stream;
+    mr_stream *copy_stream; /* input batches on a GPU (tr_dev_prefetch); NULL elsewhere */
+    mr_event *ev_ctl[2];    /* a control-block sum over GPUs (train_step.c ctl_allreduce): the
+                             * compute stream's point NCCL waits for, and NCCL's the stream waits for */
     float *d_params, *d_grads, *d_acc;
     /* The step's decisions (core/math/ctl_math.h) on the device, its host copy as last read
      * (tr_step_sync), ctl_read: the device has run steps since (a read is due before the host
@@ -142,6 +153,11 @@ typedef struct trainer {
     int last_apply;         /* of the last tr_step_sync (on_step reads them) */
     tr_trace trace;         /* the trace window (log.trace) */
     FILE *data_log;         /* MIRROR_DATA_LOG's per-replica sample log (train_data.c); NULL: off */
+    /* the data position of the next step while its first batch is already fetched (tr_dev_prefetch:
+     * the iterator is one batch ahead), which a checkpoint saves instead of the iterator's own
+     * (mr_data_iter_save_global's blob); NULL when no batch is ahead */
+    void *pf_blob;
+    size_t pf_bytes;
 } trainer;
 
 /* ---- the device path (train_device.c) ---- */
@@ -161,6 +177,17 @@ mr_status tr_dev_bufs(trainer *t, int push) MR_WUR;
 /* Binds a batch to step s: the host pointers on the host path; copies into s's device buffers
  * (pinned staging, asynchronous on the stream) on the device path. */
 mr_status tr_dev_feed(tr_device *dv, mr_step *s, const void *x, const void *y) MR_WUR;
+/* The next batch of step s while the current one computes (a GPU: tr_dev_can_prefetch): x and y
+ * are copied into one of two pinned staging slots (waiting, if need be, for the slot's previous
+ * copy, which completed a step ago) and copied to the device on the copy stream, after the step
+ * that read the slot's device buffers last. tr_dev_feed_prefetched feeds it: the compute stream
+ * waits for the copy and copies it into the step's bound buffers (the plan's bindings, and so its
+ * captured graphs, stay). One batch ahead at most: MR_ERR_INTERNAL for a second before a feed. */
+int tr_dev_can_prefetch(const tr_device *dv);
+mr_status tr_dev_prefetch(tr_device *dv, mr_step *s, const void *x, const void *y) MR_WUR;
+/* Non-zero when step s has a batch from tr_dev_prefetch not fed yet. */
+int tr_dev_prefetched(const tr_device *dv, const mr_step *s);
+mr_status tr_dev_feed_prefetched(tr_device *dv, mr_step *s) MR_WUR;
 /* The bytes of kept value v of step s after a run, as a host pointer valid until the next call
  * (the plan's own memory on the host path; a copy, after waiting for the stream, on a device). */
 mr_status tr_dev_read(tr_device *dv, mr_step *s, mr_val v, size_t bytes, const void **out) MR_WUR;

@@ -7,7 +7,8 @@
  *      parameter whose gradient is not finite (mr_vec_sumsq_seg), so a skipped step or a divergence
  *      names the first such parameter in backward order, which is where the overflow started;
  *   4. unscale (3.), clip, update, and ZeRO-1's all-gather (tr_step_update).
- * The host path and the device path run the same code: t->gdev is the CPU on the host path,
+ * On a GPU, step n+1's first batch is fetched and copied on a copy stream while step n computes
+ * (prefetch_next). The host path and the device path run the same code: t->gdev is the CPU on the host path,
  * where the vector kernels of core/vec.h give the host loops' bits (optim/optim.c), and the
  * step's buffers (t->params, t->grads, t->acc, t->wopt) are the registry's or the device's.
  * Except for 3. and 4.'s decisions: on the device path (t->dv.on) the loss, the verdict, the
@@ -232,6 +233,32 @@ fail:
     return st;
 }
 
+/* While micro-batch m of this step computes, the next one (the next step's first after the last)
+ * is fetched and copied to the device on the copy stream (a GPU; train_device.c tr_dev_prefetch).
+ * Not after the run's last batch. Across a step boundary the iterator is then one batch ahead of
+ * the data position a checkpoint of this step must save, so that position is kept first
+ * (t->pf_blob, train_ckpt.c). */
+static mr_status prefetch_next(trainer *t, mr_step *s, int64_t m) {
+    mr_status st = MR_OK;
+    const mr_train_cfg *c = &t->c;
+    const int boundary = m + 1 == c->accumulate;
+    if (!tr_dev_can_prefetch(&t->dv) || (boundary && t->step + 1 >= c->steps)) return MR_OK;
+    if (boundary && c->ckpt_dir) {
+        free(t->pf_blob);
+        t->pf_blob = NULL;
+        MR_TRY(mr_data_iter_save_global(t->train.it, &t->pf_blob, &t->pf_bytes));
+    }
+    mr_data_elem e;
+    int end = 0;
+    const int64_t s0 = mr_trace_begin(t->trace.train);
+    MR_TRY(mr_data_iter_next(t->train.it, &e, &end));
+    MR_CHECK(!end, MR_ERR_INVALID, "data.train: the training data is empty");
+    mr_trace_end1(t->trace.train, s0, "data_ahead", "micro", boundary ? 0 : m + 1);
+    MR_TRY(tr_dev_prefetch(&t->dv, s, e.data[0], e.data[1]));
+fail:
+    return st;
+}
+
 mr_status tr_step_forward_backward(trainer *t, mr_step *s, tr_times *tm, double *loss, float **g) {
     mr_status st = MR_OK;
     const mr_train_cfg *c = &t->c;
@@ -247,23 +274,38 @@ mr_status tr_step_forward_backward(trainer *t, mr_step *s, tr_times *tm, double 
         int end = 0;
         const double t0 = tr_now_s();
         const int64_t s0 = mr_trace_begin(k);
-        MR_TRY(mr_data_iter_next(t->train.it, &e, &end));
-        MR_CHECK(!end, MR_ERR_INVALID, "data.train: the training data is empty");
+        /* fetched and copied while the last micro-batch computed (prefetch_next), or now */
+        const int ahead = tr_dev_prefetched(&t->dv, s);
+        if (!ahead) {
+            MR_TRY(mr_data_iter_next(t->train.it, &e, &end));
+            MR_CHECK(!end, MR_ERR_INVALID, "data.train: the training data is empty");
+        }
         mr_trace_end1(k, s0, "data_wait", "micro", m);
-        if (t->data_log) { /* global position of element 0 (train_data.c) */
+        if (t->data_log) { /* global position of element 0 (train_data.c); the iterator's last batch is this one */
             const int64_t micro = c->batch / (c->accumulate * t->world);
             tr_data_log_batch(t->data_log, "train", t->train.it, ((t->step * c->accumulate + m) * micro) * t->world + t->rank,
                               t->world);
         }
         const double t1 = tr_now_s();
         const int64_t s1 = mr_trace_begin(k);
-        MR_TRY(tr_dev_feed(&t->dv, s, e.data[0], e.data[1]));
+        if (ahead) {
+            MR_TRY(tr_dev_feed_prefetched(&t->dv, s));
+            if (m == 0) { /* the iterator's position is this step's again */
+                free(t->pf_blob);
+                t->pf_blob = NULL;
+            }
+        } else {
+            MR_TRY(tr_dev_feed(&t->dv, s, e.data[0], e.data[1]));
+        }
         mr_plan_set_dropout_step(s->plan, (uint64_t)(t->step * c->accumulate + m)); /* fresh masks each micro-step */
         if (nf > 0) MR_TRY(mr_plan_run_range(s->plan, 0, nf));
         if (nf > 0) mr_trace_end1(k, s1, "forward", "micro", m);
         const double t2 = tr_now_s();
         const int64_t s2 = nf > 0 ? mr_trace_begin(k) : s1; /* on a GPU one run does both */
         MR_TRY(mr_ddp_backward(t->ddp, run_range, s->plan, nf, mr_plan_num_kernels(s->plan)));
+        const double ta = tr_now_s();
+        MR_TRY(prefetch_next(t, s, m)); /* while the device computes */
+        const double ahead_s = tr_now_s() - ta;
         const void *hl = NULL;
         if (t->dv.on) { /* the loss stays on the device (mr_step_ctl), nothing waits */
             const float *dl = mr_plan_data(s->plan, s->io.loss);
@@ -273,8 +315,8 @@ mr_status tr_step_forward_backward(trainer *t, mr_step *s, tr_times *tm, double 
             MR_TRY(tr_dev_read(&t->dv, s, s->io.loss, sizeof(float), &hl));
         }
         mr_trace_end1(k, s2, nf > 0 ? "backward" : "forward_backward", "micro", m);
-        const double t3 = tr_now_s();
-        tm->data += t1 - t0;
+        const double t3 = tr_now_s() - ahead_s; /* the next batch's fetch is data time */
+        tm->data += t1 - t0 + ahead_s;
         tm->fwd += (nf > 0 ? t2 : t3) - t1;
         tm->bwd += nf > 0 ? t3 - t2 : 0.0;
         if (hl) *loss += *(const float *)hl;
@@ -294,6 +336,25 @@ fail:
     return st;
 }
 
+/* n values of the device path's memory (the control block, the check's flags) summed over the
+ * replicas where they live: on GPUs NCCL's stream waits for everything enqueued so far on the
+ * step's stream, sums them there, and the step's stream waits for the sum (no host wait); on the
+ * CPU device path the host communicator sums them at once. */
+static mr_status ctl_allreduce(trainer *t, void *d, int64_t n, mr_dtype dt) {
+    mr_status st = MR_OK;
+    tr_device *dv = &t->dv;
+    if (dv->dev.kind != MR_DEVICE_CUDA) return mr_comm_allreduce(dv->gcomm, d, n, dt, MR_REDUCE_SUM);
+    for (int k = 0; k < 2; k++)
+        if (!dv->ev_ctl[k]) MR_TRY(dv->be->event_new(dv->dev.index, &dv->ev_ctl[k]));
+    MR_TRY(dv->be->event_record(dv->ev_ctl[0], dv->stream));
+    MR_TRY(mr_comm_nccl_wait_event(dv->gcomm, dv->ev_ctl[0]));
+    MR_TRY(mr_comm_nccl_allreduce_async(dv->gcomm, d, n, dt, MR_REDUCE_SUM));
+    MR_TRY(mr_comm_nccl_record_event(dv->gcomm, dv->ev_ctl[1]));
+    MR_TRY(dv->be->stream_wait_event(dv->stream, dv->ev_ctl[1]));
+fail:
+    return st;
+}
+
 mr_status tr_step_exchange(trainer *t, float *g, double *loss, int *stop, mr_ddp_part *part, tr_times *tm) {
     mr_status st = MR_OK;
     const double t0 = tr_now_s();
@@ -306,10 +367,8 @@ mr_status tr_step_exchange(trainer *t, float *g, double *loss, int *stop, mr_ddp
     if (t->comm) {
         *loss = agree[0] / (double)t->world;
         *stop = agree[1] > 0;
-        if (t->dv.on) { /* the device's losses summed on the device (mr_ctl_check divides) */
-            if (t->gdev.kind == MR_DEVICE_CUDA) MR_TRY(t->gbe->stream_sync(t->stream)); /* comm_nccl's own stream */
-            MR_TRY(mr_comm_allreduce(t->dv.gcomm, &t->dv.d_ctl->loss, 1, MR_F64, MR_REDUCE_SUM));
-        }
+        if (t->dv.on) /* the device's losses summed on the device (mr_ctl_check divides) */
+            MR_TRY(ctl_allreduce(t, &t->dv.d_ctl->loss, 1, MR_F64));
         tm->comm += tr_now_s() - t0;
     }
 fail:
@@ -323,9 +382,13 @@ fail:
 static mr_status check_dev(trainer *t, const mr_ddp_part *part) {
     mr_status st = MR_OK;
     mr_step_ctl *ctl = t->dv.d_ctl;
-    MR_ASSERT(part->off == 0 && part->n == t->n); /* no ZeRO-1 on the device path */
+    MR_ASSERT(part->off == t->seg_off && part->n == t->seg_n); /* the whole buffer, or ZeRO-1's shard */
     MR_TRY(mr_vec_sumsq_to(t->gdev, t->stream, part->g, part->n, t->n_seg ? t->d_seg : NULL, t->n_seg, t->d_bad,
                            t->d_scratch, &ctl->sumsq));
+    if (t->zero) { /* the shards' sums and flags: every replica the same verdict, scale and words */
+        MR_TRY(ctl_allreduce(t, &ctl->sumsq, 1, MR_F64));
+        if (t->n_seg) MR_TRY(ctl_allreduce(t, t->d_bad, t->n_seg, MR_I32));
+    }
     const mr_ctl_cfg k = {.step = t->step + 1,
                           .world = t->comm ? (double)t->world : 1.0,
                           .scaling = t->scaling,
@@ -346,12 +409,15 @@ static mr_status update_dev(trainer *t, const mr_ddp_part *part, double lr) {
     mr_step_ctl *ctl = t->dv.d_ctl;
     const double max_norm = t->c.grad_clip;
     if (max_norm > 0) { /* the check's sum when the values are the same (no loss scaling) */
-        if (t->scaling)
+        if (t->scaling) {
             MR_TRY(mr_vec_sumsq_to(t->gdev, t->stream, part->g, part->n, NULL, 0, NULL, t->d_scratch, &ctl->clip_sumsq));
+            if (t->zero) MR_TRY(ctl_allreduce(t, &ctl->clip_sumsq, 1, MR_F64));
+        }
         MR_TRY(mr_vec_ctl_clip(t->gdev, t->stream, ctl, max_norm, t->scaling));
         MR_TRY(mr_vec_scale_if(t->gdev, t->stream, part->g, &ctl->clip, &ctl->clip_on, part->n));
     }
     MR_TRY(mr_optim_step_ctl(t->wopt, t->params + part->off, part->g, lr, &ctl->apply, &ctl->updates, t->step + 1));
+    MR_TRY(mr_ddp_gather(t->ddp, t->params)); /* every replica's shard to every replica (ZeRO-1) */
 fail:
     return st;
 }

@@ -37,8 +37,10 @@
 #include <memory>
 #include <set>
 #include <stdarg.h>
+#include <string.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <string.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string>
@@ -112,6 +114,11 @@ struct state {
     std::set<std::string> census;
     const char *census_path = nullptr;
     std::string last_work = "(none)";
+    /* the enqueue/execution log (emu_api.h): ids are log_base + index + 1, so an item queued
+     * before a restart finds no entry */
+    bool log_on = false;
+    std::vector<mr_emu_log_entry> log;
+    uint64_t log_base = 0, log_clock = 0; /* one clock ticks at every enqueue and execution */
 };
 state *g;
 pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -257,8 +264,31 @@ cudaError_t unsafe_during_capture(void) {
     return err(cudaErrorStreamCaptureUnsupported);
 }
 
+void log_enqueue(CUstream_st *s, item &it) {
+    mr_emu_log_entry e = {};
+    e.stream = s->id;
+    e.device = s->device;
+    if (it.file) {
+        const char *base = strrchr(it.file, '/');
+        snprintf(e.what, sizeof e.what, "%s:%d", base ? base + 1 : it.file, it.line);
+    } else {
+        snprintf(e.what, sizeof e.what, "%s", it.what ? it.what : "");
+    }
+    if (it.kind == item::WAIT && it.ws) e.waits_for = it.ws->id;
+    e.enq = ++g->log_clock;
+    g->log.push_back(e);
+    it.log_id = g->log_base + g->log.size();
+}
+
+void log_execute(const item &it) {
+    if (it.log_id <= g->log_base || it.log_id - g->log_base > g->log.size()) return;
+    g->log[(size_t)(it.log_id - g->log_base - 1)].exec = ++g->log_clock;
+}
+
 void push(CUstream_st *s, item it) {
     it.seq = ++s->enq;
+    it.log_id = 0;
+    if (g->log_on) log_enqueue(s, it);
     s->q.push_back(std::move(it));
     pthread_cond_broadcast(&g->cv);
 }
@@ -366,6 +396,7 @@ bool run_until(CUstream_st *s, uint64_t seq, bool nonblocking) {
         item it = std::move(s->q.front());
         s->q.pop_front();
         execute(it);
+        log_execute(it);
         check_canaries(s->device);
         s->done = it.seq;
         if (outer) s->running = false;
@@ -506,6 +537,8 @@ void mr_emu_k::launch(const cfg &c, std::function<void()> body) {
     char *what = nullptr;
     if (asprintf(&what, "the kernel launched at %s:%d", c.file, c.line) < 0) what = nullptr;
     it.what = "kernel";
+    it.file = c.file;
+    it.line = c.line;
     std::string w = what ? what : "a kernel";
     free(what);
     it.fn = [j, w]() {
@@ -523,6 +556,26 @@ extern "C" void mr_emu_get_stats(mr_emu_stats *out) {
     for (size_t u : mr_emu::g->used) out->bytes_in_use += u;
 }
 extern "C" int mr_emu_active(void) { return 1; }
+
+extern "C" void mr_emu_log_start(void) {
+    mr_emu::locker l;
+    mr_emu::g->log_base += mr_emu::g->log.size();
+    mr_emu::g->log.clear();
+    mr_emu::g->log_clock = 0;
+    mr_emu::g->log_on = true;
+}
+
+extern "C" void mr_emu_log_stop(void) {
+    mr_emu::locker l;
+    mr_emu::g->log_on = false;
+}
+
+extern "C" int64_t mr_emu_log_read(mr_emu_log_entry *out, int64_t cap) {
+    mr_emu::locker l;
+    const std::vector<mr_emu_log_entry> &v = mr_emu::g->log;
+    for (size_t i = 0; out && i < v.size() && (int64_t)i < cap; i++) out[i] = v[i];
+    return (int64_t)v.size();
+}
 
 /* ==== cuda_runtime_api.h ================================================================ */
 using namespace mr_emu;

@@ -27,6 +27,10 @@ struct item {
     /* optional, run before the item is taken (a collective brings the other ranks' streams to
      * their parts); false: it would block and nonblocking was asked */
     std::function<bool(bool nonblocking)> pre;
+    /* the launch site of a kernel (the enqueue/execution log's name for it); NULL for the rest */
+    const char *file = nullptr;
+    int line = 0;
+    uint64_t log_id = 0; /* its entry in the enqueue/execution log (0: not logged) */
 };
 
 /* The emulator's one lock. Public entry points take it; items run with it held. */

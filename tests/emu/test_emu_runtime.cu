@@ -1,7 +1,7 @@
 /* The emulated runtime's semantics, which the emu tests of mirror rely on (tests/emu/emu_runtime.cc):
  * deferred streams (a result read before a synchronization is stale), the legacy stream ordered
  * with blocking streams, events and cross-stream waits, pageable copies complete on return and
- * pinned ones do not, graph capture and replay, a synchronizing call invalidating a capture, the
+ * pinned ones do not, the enqueue/execution log, graph capture and replay, a synchronizing call invalidating a capture, the
  * counters, device memory poisoned with 0xFF, out-of-memory at MR_EMU_MEM_BYTES, and a kernel's
  * warp operations (ballot, any/all, shuffles with widths) against what CUDA documents.
  * Built only for the emulator. Prints "N passed, M failed"; exits 1 on any failure. */
@@ -125,6 +125,53 @@ static void test_events_and_streams(void) {
     OK(cudaFree(d));
 }
 
+/* The enqueue/execution log: entries in queuing order with their stream, name and clock ticks;
+ * deferred work has no execution tick until a sync; after a stop nothing new is logged. */
+static void test_log(void) {
+    const int n = 64;
+    float *d = NULL, h[1];
+    OK(cudaMalloc((void **)&d, n * sizeof(float)));
+    cudaStream_t a, b;
+    OK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    OK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    cudaEvent_t e;
+    OK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    mr_emu_log_start();
+    fill<<<1, 64, 0, a>>>(d, n, 1.0f); /* 0 */
+    OK(cudaEventRecord(e, a));          /* (non-blocking stream: no item) */
+    OK(cudaStreamWaitEvent(b, e, 0));   /* 1: b waits */
+    add_one<<<1, 64, 0, b>>>(d, n);     /* 2 */
+    mr_emu_log_entry L[8];
+    int64_t k = mr_emu_log_read(L, 8);
+    CHECK(k == 3, "3 entries before a sync: %lld", (long long)k);
+    CHECK(k >= 3 && L[0].exec == 0 && L[2].exec == 0, "nothing ran before a sync");
+    OK(cudaStreamSynchronize(b));
+    k = mr_emu_log_read(L, 8);
+    CHECK(k == 3, "3 entries: %lld", (long long)k);
+    if (k == 3) {
+        CHECK(strstr(L[0].what, "test_emu_runtime") != NULL && strchr(L[0].what, ':') != NULL, "a kernel by its launch site: %s",
+              L[0].what);
+        CHECK(!strcmp(L[1].what, "wait"), "the cross-stream wait: %s", L[1].what);
+        CHECK(L[0].stream != L[2].stream && L[1].stream == L[2].stream, "streams %llu %llu %llu",
+              (unsigned long long)L[0].stream, (unsigned long long)L[1].stream, (unsigned long long)L[2].stream);
+        CHECK(L[0].enq == 1 && L[1].enq == 2 && L[2].enq == 3, "queued at 1, 2, 3: %llu %llu %llu",
+              (unsigned long long)L[0].enq, (unsigned long long)L[1].enq, (unsigned long long)L[2].enq);
+        CHECK(L[0].exec > 3 && L[0].exec < L[2].exec && L[1].exec < L[2].exec, "ran after queuing, fill before add: %llu %llu %llu",
+              (unsigned long long)L[0].exec, (unsigned long long)L[1].exec, (unsigned long long)L[2].exec);
+    }
+    mr_emu_log_stop();
+    OK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    CHECK(h[0] == 2.0f, "the work ran: %g", h[0]);
+    CHECK(mr_emu_log_read(NULL, 0) == 3, "nothing logged after the stop");
+    mr_emu_log_start();
+    CHECK(mr_emu_log_read(NULL, 0) == 0, "a start clears the log");
+    mr_emu_log_stop();
+    OK(cudaEventDestroy(e));
+    OK(cudaStreamDestroy(a));
+    OK(cudaStreamDestroy(b));
+    OK(cudaFree(d));
+}
+
 static void test_capture(void) {
     const int n = 64;
     float *d = NULL, h = 0;
@@ -224,6 +271,7 @@ int main(void) {
     OK(cudaSetDevice(0));
     test_deferred_and_sync();
     test_events_and_streams();
+    test_log();
     test_capture();
     test_counters_and_memory();
     test_warp_ops();
