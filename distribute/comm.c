@@ -78,7 +78,11 @@ void mr_comm_add_into(void *dst, const void *src, int64_t n, mr_dtype dt) {
         double *d = dst;
         const double *s = src;
         for (int64_t i = 0; i < n; i++) d[i] += s[i];
-    } else { /* i64: wrap around like MPI does instead of overflowing (undefined in C) */
+    } else if (dt == MR_I32) { /* integers wrap around like MPI's instead of overflowing (undefined in C) */
+        uint32_t *d = dst;
+        const uint32_t *s = src;
+        for (int64_t i = 0; i < n; i++) d[i] += s[i];
+    } else { /* i64 */
         uint64_t *d = dst;
         const uint64_t *s = src;
         for (int64_t i = 0; i < n; i++) d[i] += s[i];
@@ -92,6 +96,9 @@ void mr_comm_div(void *buf, int64_t n, mr_dtype dt, int d) {
     } else if (dt == MR_F64) {
         double *x = buf, dd = (double)d;
         for (int64_t i = 0; i < n; i++) x[i] = x[i] / dd;
+    } else if (dt == MR_I32) {
+        int32_t *x = buf;
+        for (int64_t i = 0; i < n; i++) x[i] = x[i] / d;
     } else {
         int64_t *x = buf;
         for (int64_t i = 0; i < n; i++) x[i] = x[i] / d;
@@ -109,7 +116,7 @@ const char *mr_comm_strip_loc(const char *msg) {
 
 /* ---- checks and dispatch ----------------------------------------------------------------------- */
 
-static int is_reducible(mr_dtype dt) { return dt == MR_F32 || dt == MR_F64 || dt == MR_I64; }
+static int is_reducible(mr_dtype dt) { return dt == MR_F32 || dt == MR_F64 || dt == MR_I32 || dt == MR_I64; }
 
 static int overlaps(const void *a, size_t na, const void *b, size_t nb) {
     uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
@@ -132,7 +139,7 @@ static mr_status check(const mr_comm *c, const mr_coll *op) {
     if (op->kind == MR_COLL_ALLREDUCE || op->kind == MR_COLL_REDUCE_SCATTER) {
         MR_CHECK(op->op == MR_REDUCE_SUM || op->op == MR_REDUCE_AVG, MR_ERR_INVALID, "%s: invalid reduce op %d", name,
                  (int)op->op);
-        MR_CHECK(is_reducible(op->dt), MR_ERR_UNSUPPORTED, "%s: cannot reduce %s (f32, f64 and i64 only)", name,
+        MR_CHECK(is_reducible(op->dt), MR_ERR_UNSUPPORTED, "%s: cannot reduce %s (f32, f64, i32 and i64 only)", name,
                  mr_dtype_name(op->dt));
     }
     if (op->kind == MR_COLL_BROADCAST)

@@ -47,7 +47,7 @@ struct mr_trace_track; /* core/trace.h */
 typedef enum mr_comm_backend { MR_COMM_LOCAL = 0, MR_COMM_MPI = 1, MR_COMM_NCCL = 2, MR_COMM_HIER = 3 } mr_comm_backend;
 
 /* SUM adds; AVG adds then divides by the group size (f32/f64: one IEEE division per element of
- * the sum; i64: C division, truncating toward zero). nccl uses ncclAvg (see mr_comm_nccl_new). */
+ * the sum; i32, i64: C division, truncating toward zero). nccl uses ncclAvg (see mr_comm_nccl_new). */
 typedef enum mr_reduce_op { MR_REDUCE_SUM = 0, MR_REDUCE_AVG = 1 } mr_reduce_op;
 
 /* The default largest piece, in bytes, that one MPI collective call moves (see

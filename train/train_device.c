@@ -332,8 +332,11 @@ mr_status tr_dev_prefetch(tr_device *dv, mr_step *s, const void *x, const void *
     if (in->slot_used[k]) {
         /* the staging is read by the slot's previous copy (two batches ago, fed at the start of
          * the last step: done on a GPU, so this returns at once); the landing buffers by the last
-         * step's device copy, which the copy stream waits for */
-        MR_TRY(dv->be->event_sync(in->copied[k]));
+         * step's device copy, which the copy stream waits for; a query, so that a finished copy
+         * costs no host wait */
+        int done = 0;
+        MR_TRY(dv->be->event_query(in->copied[k], &done));
+        if (!done) MR_TRY(dv->be->event_sync(in->copied[k]));
         MR_TRY(dv->be->stream_wait_event(dv->copy_stream, in->consumed[k]));
     }
     memcpy(in->h_xs[k], x, in->bx);

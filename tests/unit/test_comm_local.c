@@ -357,6 +357,10 @@ static void queue_body(replica *r) {
     int64_t one = 1;
     R_OK(r, mr_comm_allreduce(r->c, &one, 1, MR_I64, MR_REDUCE_SUM));
     if (one != r->size) R_FAIL(r, "direct allreduce beside the queue: %lld", (long long)one);
+    int32_t flags[3] = {r->rank, 1, r->rank == 0 ? -5 : 0}; /* i32 sums: the trainer's per-parameter flags */
+    R_OK(r, mr_comm_allreduce(r->c, flags, 3, MR_I32, MR_REDUCE_SUM));
+    if (flags[0] != r->size * (r->size - 1) / 2 || flags[1] != r->size || flags[2] != -5)
+        R_FAIL(r, "i32 allreduce: %d %d %d", (int)flags[0], (int)flags[1], (int)flags[2]);
     for (int k = K + 1; k >= 0; k--) R_OK(r, mr_comm_queue_wait(q, tickets[k])); /* out of order */
     R_OK(r, mr_comm_queue_wait(q, tickets[2])); /* waiting twice is fine */
     for (int k = 0; k < K; k++) {
