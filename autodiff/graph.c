@@ -475,6 +475,17 @@ mr_val mr_graph_conv2d(mr_graph *g, mr_val x, mr_val w, mr_val bias, int stride,
     return node1(g, MR_OP_CONV2D, in, 3, &p, dt, sy);
 }
 
+mr_val mr_graph_relu_after_conv(mr_graph *g, mr_val x) {
+    if (g->err == MR_OK && g->nnodes > 0 && x.id != 0) {
+        mr_gnode *nd = &g->nodes[g->nnodes - 1];
+        if (nd->op == MR_OP_CONV2D && nd->out[0] == x.id && !nd->p.conv.relu) {
+            nd->p.conv.relu = 1;
+            return x;
+        }
+    }
+    return mr_graph_unary(g, MR_OP_RELU, x);
+}
+
 /* A pool's output shape and params (one window geometry for both dims); 0 with the graph's error
  * set when x is not (N,C,H,W) or the stride is not positive. */
 static int pool_geometry(mr_graph *g, mr_val x, const char *op, int kernel, int stride, int pad, mr_shape *sy,
