@@ -288,6 +288,14 @@ static void rule_embedding(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
 static void rule_conv2d(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
     int32_t x = nd->in[0], w = nd->in[1], bias = nd->in[2];
     int dt = nd->p.conv.bf16 ? (int)MR_F32 : -1;
+    if (nd->p.conv.relu && (is_active(c, x) || is_active(c, w) || is_active(c, bias))) {
+        /* fused ReLU: dy through RELU_BWD with y as its x (y > 0 exactly where the pre-activation is) */
+        mr_val y = V(nd->out[0]), in[3] = {y, y, dy};
+        mr_op_params rp;
+        memset(&rp, 0, sizeof rp);
+        int want = 1;
+        bwd_node(c, MR_OP_RELU_BWD, in, 3, &rp, &nd->out[0], &want, 1, &dy);
+    }
     if (is_active(c, x)) {
         mr_val in[2] = {V(w), dy}, dx;
         int want = 1;

@@ -134,6 +134,9 @@ mr_val mr_graph_batchnorm(mr_graph *g, mr_val x, mr_val gamma, mr_val beta, mr_v
 mr_val mr_graph_embedding(mr_graph *g, mr_val table, mr_val ids);
 /* bias may be MR_VAL_NONE. */
 mr_val mr_graph_conv2d(mr_graph *g, mr_val x, mr_val w, mr_val bias, int stride, int pad);
+/* relu(x), fused into x's CONV2D node (p.conv.relu; the CPU kernels alone honour it) when that
+ * node is the graph's last, so nothing has read x yet; else an MR_OP_RELU node. Same bits. */
+mr_val mr_graph_relu_after_conv(mr_graph *g, mr_val x);
 mr_val mr_graph_maxpool2d(mr_graph *g, mr_val x, int kernel, int stride, int pad);
 /* torch.nn.AvgPool2d(kernel, stride, pad) (count_include_pad=True, ceil_mode=False): padding
  * counts as zeros in every window's mean over kernel*kernel. */

@@ -328,6 +328,11 @@ mr_val mr_nn_conv2d(mr_nn *nn, const char *name, mr_val x, int64_t out, int k, i
     return mr_graph_conv2d(nn->g, x, wi, b, stride, pad);
 }
 
+mr_val mr_nn_relu(mr_nn *nn, mr_val x) {
+    if (nn->device == MR_DEVICE_CPU) return mr_graph_relu_after_conv(nn->g, x);
+    return mr_graph_unary(nn->g, MR_OP_RELU, x);
+}
+
 mr_val mr_nn_layernorm(mr_nn *nn, const char *name, mr_val x) {
     if (nn->g->err != MR_OK) return MR_VAL_NONE;
     int64_t d = last_dim(nn->g, x);

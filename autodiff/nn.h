@@ -113,6 +113,9 @@ mr_val mr_nn_linear_gelu_init(mr_nn *nn, const char *name, mr_val x, int64_t out
                               mr_init_kind binit, double barg);
 /* NCHW conv, weight [out, in, k, k], bias [out] when `bias`. */
 mr_val mr_nn_conv2d(mr_nn *nn, const char *name, mr_val x, int64_t out, int k, int stride, int pad, int bias);
+/* relu(x): on the CPU fused into a convolution just made (mr_graph_relu_after_conv), elsewhere
+ * an MR_OP_RELU node. */
+mr_val mr_nn_relu(mr_nn *nn, mr_val x);
 /* Batch normalisation over every dim but dim 1 (x (N, C), (N, C, L) or (N, C, H, W)), PyTorch's
  * BatchNorm1d/2d: "name.weight" (ones) and "name.bias" (zeros) [C] when `affine`, buffers
  * "name.running_mean" (zeros), "name.running_var" (ones) [C] and "name.num_batches_tracked" (a

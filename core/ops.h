@@ -100,7 +100,9 @@ typedef enum mr_op_id {
      * Dtypes (all three conv ops): every float view f32 or every one f64; or, with p.conv.bf16
      * (mixed precision, CPU only), w bf16, x and dy f32 or bf16, the bias and outputs f32: x and
      * dy are rounded to bf16 (nearest even) as they are read, products are exact and sums f32
-     * (rounding in the kernel saves the cast's pass over the activations). */
+     * (rounding in the kernel saves the cast's pass over the activations).
+     * p.conv.relu (CPU only): y = max(x*w + bias, 0), NaN and -0 giving 0 as MR_OP_RELU; the
+     * gradient is RELU_BWD with y in place of the pre-activation (y > 0 exactly where it is). */
     MR_OP_CONV2D,
     /* in: w, dy; out: dx (N,C,H,W) (shape taken from out[0].shape). */
     MR_OP_CONV2D_BWD_DATA,
@@ -177,6 +179,7 @@ typedef struct mr_reduce_params {
 typedef struct mr_conv_params {
     int stride_h, stride_w, pad_h, pad_w;
     int bf16; /* mixed precision (CPU): tensor inputs rounded to bf16, f32 accumulation (see MR_OP_CONV2D) */
+    int relu; /* CONV2D on the CPU: y = max(conv + bias, 0) (a fused ReLU; the backward ops ignore it) */
 } mr_conv_params;
 
 typedef struct mr_pool_params {

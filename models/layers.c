@@ -330,7 +330,7 @@ static mr_val layer_repeat(walk *w, int32_t i, const mr_layer *l, mr_val x, cons
 static mr_val layer_simple(walk *w, int32_t i, const mr_layer *l, mr_val x, const char *path) {
     mr_graph *g = w->nn->g;
     switch (l->kind) {
-    case MR_LAYER_RELU: return mr_graph_unary(g, MR_OP_RELU, x);
+    case MR_LAYER_RELU: return mr_nn_relu(w->nn, x); /* fused into a conv2d just before it, on the CPU */
     case MR_LAYER_GELU: return mr_graph_unary(g, MR_OP_GELU, x);
     case MR_LAYER_TANH: return mr_graph_unary(g, MR_OP_TANH, x);
     case MR_LAYER_SIGMOID: return mr_graph_unary(g, MR_OP_SIGMOID, x);

@@ -61,6 +61,7 @@ typedef struct conv_dims {
     int64_t es;   /* bytes per element of w, col, dyb: 2 (bf16) or 4 */
     int64_t xes;  /* bytes per element of x (im2col's and the direct forward's source) */
     int64_t dyes; /* bytes per element of dy (the backward ops' in[1]) */
+    int relu;     /* the forward's p.conv.relu: y = max(conv + bias, 0) */
 } conv_dims;
 
 /* Geometry from x (N,C,H,W) and w (O,C,KH,KW); 0 when the views cannot describe a convolution
@@ -72,11 +73,12 @@ static int conv_dims_get(const mr_op_args *a, const mr_view *x, const mr_view *w
         return 0;
     const int64_t *xd = x->shape.dim, *wd = w->shape.dim;
     *g = (conv_dims){xd[0], xd[1], xd[2], xd[3], wd[0], wd[2], wd[3], 0, 0, 0, 0,
-                     p->stride_h, p->stride_w, p->pad_h, p->pad_w, 0, 0, 4, 4, 4};
+                     p->stride_h, p->stride_w, p->pad_h, p->pad_w, 0, 0, 4, 4, 4, 0};
     g->bf16 = p->bf16 != 0;
     g->es = g->bf16 ? 2 : 4;
     g->xes = x->dtype == MR_BF16 ? 2 : 4;
     g->dyes = a->op != MR_OP_CONV2D && a->in[1].dtype == MR_BF16 ? 2 : 4;
+    g->relu = a->op == MR_OP_CONV2D && p->relu;
     if (g->kh < 1 || g->kw < 1 || g->h + 2 * g->ph < g->kh || g->w + 2 * g->pw < g->kw) return 0;
     g->oh = (g->h + 2 * g->ph - g->kh) / g->sh + 1;
     g->ow = (g->w + 2 * g->pw - g->kw) / g->sw + 1;
@@ -315,6 +317,7 @@ CONV_AVX512 static inline void fwd_direct_rows(const conv_dims *g, const conv_ta
                 __m512 acc = _mm512_mul_ps(_mm512_set1_ps(wo[0]), xv[0]);
                 for (int64_t t = 1; t < T; t++) acc = _mm512_fmadd_ps(_mm512_set1_ps(wo[t]), xv[t], acc);
                 if (bias) acc = _mm512_add_ps(acc, _mm512_set1_ps(bias[o]));
+                if (g->relu) acc = _mm512_max_ps(acc, _mm512_setzero_ps()); /* NaN, -0 -> 0: mr_relu_f32 */
                 _mm512_mask_storeu_ps(yk + o * ohw, sm, acc);
             }
         }
@@ -528,13 +531,17 @@ static void im2col_batch(const conv_dims *g, const void *xb, int64_t nb, void *c
     }
 }
 
-/* d[0, n) := s[0, n), plus *add if not NULL (16 at a time: the compiler's SSE loop took ~8% of
- * the CNN's second-layer forward). */
+/* d[0, n) := s[0, n), plus *add if not NULL, then max(., 0) when relu (16 at a time: the
+ * compiler's SSE loop took ~8% of the CNN's second-layer forward). */
 #ifdef CONV_AVX512
-CONV_AVX512 static void row_copy_avx512(float *restrict d, const float *restrict s, int64_t n, const float *add) {
-    __m512 va = _mm512_set1_ps(add ? *add : 0.0f);
+/* d may equal s (in place); no restrict. */
+CONV_AVX512 static void row_copy_avx512(float *d, const float *s, int64_t n, const float *add, int relu) {
+    __m512 va = _mm512_set1_ps(add ? *add : 0.0f), z = _mm512_setzero_ps();
     int64_t i = 0;
-    if (add) {
+    if (relu) {
+        /* max_ps(v, 0) gives 0 for NaN and -0, as v > 0 ? v : 0 (core/math: mr_relu_f32) */
+        for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, _mm512_max_ps(_mm512_add_ps(_mm512_loadu_ps(s + i), va), z));
+    } else if (add) {
         for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, _mm512_add_ps(_mm512_loadu_ps(s + i), va));
     } else {
         for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, _mm512_loadu_ps(s + i));
@@ -542,20 +549,27 @@ CONV_AVX512 static void row_copy_avx512(float *restrict d, const float *restrict
     if (i < n) {
         __mmask16 m = lane_mask(0, n - i);
         __m512 v = _mm512_maskz_loadu_ps(m, s + i);
-        _mm512_mask_storeu_ps(d + i, m, add ? _mm512_add_ps(v, va) : v);
+        v = add ? _mm512_add_ps(v, va) : v;
+        _mm512_mask_storeu_ps(d + i, m, relu ? _mm512_max_ps(v, z) : v);
     }
 }
 #endif
 
-static void row_copy(const conv_dims *g, float *restrict d, const float *restrict s, int64_t n, const float *add) {
+static void row_copy(const conv_dims *g, float *d, const float *s, int64_t n, const float *add, int relu) {
 #ifdef CONV_AVX512
     if (g->avx512) {
-        row_copy_avx512(d, s, n, add);
+        row_copy_avx512(d, s, n, add, relu);
         return;
     }
 #endif
     (void)g;
-    if (add)
+    if (relu) {
+        float b = add ? *add : 0.0f;
+        for (int64_t i = 0; i < n; i++) {
+            float v = add ? s[i] + b : s[i];
+            d[i] = v > 0.0f ? v : 0.0f;
+        }
+    } else if (add)
         for (int64_t i = 0; i < n; i++) d[i] = s[i] + *add;
     else
         memcpy(d, s, (size_t)n * sizeof(float));
@@ -583,7 +597,7 @@ static void batch_copy(const conv_dims *g, int64_t nb, const void *src, void *ds
         const char *s = (const char *)src + (to_batch ? u * g->ohw : o * ld + b * g->ohw) * ses;
         char *d = (char *)dst + (to_batch ? o * ld + b * g->ohw : u * g->ohw) * des;
         if (des == 4) {
-            row_copy(g, (float *)d, (const float *)s, g->ohw, bias ? bias + o : NULL);
+            row_copy(g, (float *)d, (const float *)s, g->ohw, bias ? bias + o : NULL, !to_batch && g->relu);
             continue;
         }
 #ifdef CONV_AVX512
@@ -649,10 +663,9 @@ static int conv_fwd_batch(const conv_dims *g, const void *x, const void *w, cons
     if (nb == 1) {
         /* one image: the GEMM writes y itself */
         if (conv_gemm(g, 0, 0, g->o, cols, g->ckk, w, g->ckk, col, cols, 0.0f, y, cols)) return 1;
-        if (!bias) return 0;
+        if (!bias && !g->relu) return 0;
 #pragma omp parallel for schedule(static) if (par && g->o * g->ohw > CONV_PAR_MIN / 4)
-        for (int64_t o = 0; o < g->o; o++)
-            for (int64_t i = 0; i < g->ohw; i++) y[o * g->ohw + i] += bias[o];
+        for (int64_t o = 0; o < g->o; o++) row_copy(g, y + o * g->ohw, y + o * g->ohw, g->ohw, bias ? bias + o : NULL, g->relu);
         return 0;
     }
     if (conv_gemm(g, 0, 0, g->o, cols, g->ckk, w, g->ckk, col, cols, 0.0f, yb, cols)) return 1;

@@ -186,6 +186,8 @@ mr_status mr_conv2d_fwd_ref(const mr_op_args *a) {
     int64_t plane = g.oh * g.ow;
     for (int64_t i = 0; i < g.n * g.o * plane; i++) y[i] = bias ? bias[(i / plane) % g.o] : 0.0;
     conv_ref_loop(&g, 0, a->in[0].data, a->in[1].data, y);
+    if (a->p.conv.relu)
+        for (int64_t i = 0; i < g.n * g.o * plane; i++) y[i] = y[i] > 0.0 ? y[i] : 0.0;
     return MR_OK;
 }
 

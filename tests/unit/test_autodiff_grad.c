@@ -203,11 +203,11 @@ static void test_grad_mlp(void **state) {
 }
 
 /* (2) conv2d (pad 1, bias) -> relu -> maxpool 2 -> reshape -> matmul -> xent -> mean; the input
- * image is a param too, so CONV2D_BWD_DATA is checked. */
-static void test_grad_cnn(void **state) {
-    (void)state;
+ * image is a param too, so CONV2D_BWD_DATA is checked. Twice: the ReLU as its own node and fused
+ * into the conv2d (mr_graph_relu_after_conv: p.conv.relu, the gradient through RELU_BWD on y). */
+static void grad_cnn(int fused) {
     enum { N = 2, C = 2, HW = 6, O = 3, K = 3, CLS = 4 };
-    gc c = {.what = "cnn"};
+    gc c = {.what = fused ? "cnn (fused relu)" : "cnn"};
     MR_ASSERT_OK(mr_graph_new(&c.g));
     mr_graph *g = c.g;
     mr_val x = mr_graph_param(g, "x", MR_F64, mr_shape_4d(N, C, HW, HW));
@@ -215,7 +215,9 @@ static void test_grad_cnn(void **state) {
     mr_val b = mr_graph_param(g, "bias", MR_F64, mr_shape_1d(O));
     mr_val fc = mr_graph_param(g, "fc", MR_F64, mr_shape_2d(CLS, O * (HW / 2) * (HW / 2)));
     mr_val labels = mr_graph_input(g, "labels", MR_I32, mr_shape_1d(N));
-    mr_val h = mr_graph_unary(g, MR_OP_RELU, mr_graph_conv2d(g, x, w, b, 1, 1));
+    mr_val conv = mr_graph_conv2d(g, x, w, b, 1, 1);
+    mr_val h = fused ? mr_graph_relu_after_conv(g, conv) : mr_graph_unary(g, MR_OP_RELU, conv);
+    assert_true(fused ? h.id == conv.id : h.id != conv.id); /* fused: no node of its own */
     h = mr_graph_maxpool2d(g, h, 2, 2, 0);
     h = mr_graph_reshape(g, h, mr_shape_2d(N, O * (HW / 2) * (HW / 2)));
     mr_val logits = mr_graph_matmul(g, h, fc, 0, 1, 1.0);
@@ -230,6 +232,12 @@ static void test_grad_cnn(void **state) {
     gc_build(&c);
     gc_check(&c);
     gc_free(&c);
+}
+
+static void test_grad_cnn(void **state) {
+    (void)state;
+    grad_cnn(0);
+    grad_cnn(1);
 }
 
 /* Average pooling: conv2d (pad 1) -> avgpool 3 stride 2 pad 1 (padding in the divisor) -> tanh

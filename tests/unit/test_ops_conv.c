@@ -19,7 +19,7 @@ static int64_t out_size(int64_t in, int64_t k, int s, int p) { return (in + 2 * 
 
 /* The three ops' args for one case, inputs random, in dtype dt. */
 static void conv_args(const conv_case *c, mr_dtype dt, uint64_t seed, mr_op_args *f, mr_op_args *bd, mr_op_args *bf) {
-    mr_conv_params p = {c->sh, c->sw, c->ph, c->pw, 0};
+    mr_conv_params p = {c->sh, c->sw, c->ph, c->pw, 0, 0};
     mr_shape xs = mr_shape_4d(c->n, c->c, c->h, c->w), ws = mr_shape_4d(c->o, c->c, c->kh, c->kw);
     mr_shape ys = mr_shape_4d(c->n, c->o, out_size(c->h, c->kh, c->sh, c->ph), out_size(c->w, c->kw, c->sw, c->pw));
     mr_view x = th_rand_view(dt, xs, -1, 1, seed), w = th_rand_view(dt, ws, -0.5, 0.5, seed + 1);
@@ -70,6 +70,36 @@ static void test_conv_vs_ref(void **state) {
         (void)th_check_cpu_vs_ref(what, &bf, TOL_F32_REDUCE_ATOL, TOL_F32_REDUCE_RTOL, TOL_F32_REDUCE_NMSE);
         th_free_all();
     }
+}
+
+/* The fused ReLU (p.conv.relu) on every case, f32 against the reference (the direct forward,
+ * the batched GEMM and the one-image GEMM paths), its outputs equal to max(y, 0) of the plain
+ * convolution bit for bit, and independent of the thread count. */
+static void test_conv_relu(void **state) {
+    (void)state;
+    int64_t negatives = 0;
+    for (size_t k = 0; k < sizeof g_cases / sizeof *g_cases; k++) {
+        mr_op_args f, bd, bf;
+        conv_args(&g_cases[k], MR_F32, 500 + 10 * k, &f, &bd, &bf);
+        f.p.conv.relu = 1;
+        char what[64];
+        snprintf(what, sizeof what, "conv2d relu case %zu", k);
+        (void)th_check_cpu_vs_ref(what, &f, TOL_F32_REDUCE_ATOL, TOL_F32_REDUCE_RTOL, TOL_F32_REDUCE_NMSE);
+        mr_op_args plain = th_fresh_outputs(&f);
+        plain.p.conv.relu = 0;
+        th_give_workspace(&plain);
+        MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &plain));
+        const float *yr = f.out[0].data, *yp = plain.out[0].data;
+        for (int64_t i = 0; i < mr_shape_numel(&f.out[0].shape); i++) {
+            float want = yp[i] > 0.0f ? yp[i] : 0.0f;
+            if (memcmp(&yr[i], &want, sizeof want) != 0)
+                fail_msg("%s [%lld]: %.9g, want max(%.9g, 0)", what, (long long)i, yr[i], yp[i]);
+            negatives += yp[i] < 0.0f;
+        }
+        th_check_thread_invariant(&f);
+        th_free_all();
+    }
+    assert_true(negatives > 0); /* the ReLU had something to clamp */
 }
 
 static void test_conv_grad(void **state) {
@@ -161,6 +191,7 @@ static void test_conv_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_vs_ref),
+        cmocka_unit_test(test_conv_relu),
         cmocka_unit_test(test_conv_grad),
         cmocka_unit_test(test_conv_threads),
         cmocka_unit_test(test_conv_errors),

@@ -9,6 +9,7 @@
  * as is (the AMX or vdpbf16ps kernel, whichever mr_cpu_gemm_bf16 picks here), with
  * MIRROR_GEMM_BF16=avx512 (vdpbf16ps) and with MIRROR_GEMM_BF16=fallback (the bf16 GEMM widened
  * to f32: what a CPU without AVX512_BF16 runs). */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -63,7 +64,7 @@ typedef struct conv_set {
 } conv_set;
 
 static void conv_set_make(const conv_case *c, uint64_t seed, int act_f32, conv_set *s) {
-    mr_conv_params p = {c->sh, c->sw, c->ph, c->pw, 1};
+    mr_conv_params p = {c->sh, c->sw, c->ph, c->pw, 1, 0};
     mr_shape xs = mr_shape_4d(c->n, c->c, c->h, c->w), ws = mr_shape_4d(c->o, c->c, c->kh, c->kw);
     mr_shape ys = mr_shape_4d(c->n, c->o, out_size(c->h, c->kh, c->sh, c->ph), out_size(c->w, c->kw, c->sw, c->pw));
     mr_view xh, xd, wh, wd, dyh, dyd;
@@ -124,34 +125,6 @@ static void check_one(const char *what, mr_op_args *m, mr_op_args *d) {
     assert_true(compared > 0);
 }
 
-static void test_conv_bf16_vs_ref(void **state) {
-    (void)state;
-    fprintf(stderr, "conv2d bf16: GEMM provider %s\n", mr_cpu_gemm_bf16_provider());
-    for (size_t k = 0; k < sizeof g_cases / sizeof *g_cases; k++) {
-        conv_set s[2];
-        for (int act_f32 = 0; act_f32 < 2; act_f32++) {
-            conv_set *t = &s[act_f32];
-            conv_set_make(&g_cases[k], 10 + 10 * k, act_f32, t);
-            const char *act = act_f32 ? "f32 x/dy" : "bf16 x/dy";
-            char what[96];
-            snprintf(what, sizeof what, "conv2d mixed (%s) case %zu", act, k);
-            check_one(what, &t->mf, &t->df);
-            snprintf(what, sizeof what, "conv2d_bwd_data mixed (%s) case %zu", act, k);
-            check_one(what, &t->mbd, &t->dbd);
-            snprintf(what, sizeof what, "conv2d_bwd_filter mixed (%s) case %zu", act, k);
-            check_one(what, &t->mbf, &t->dbf);
-        }
-        /* f32 x and dy rounded in the kernel give the bits of the same values cast to bf16 */
-        const mr_op_args *pairs[3][2] = {{&s[0].mf, &s[1].mf}, {&s[0].mbd, &s[1].mbd}, {&s[0].mbf, &s[1].mbf}};
-        for (int op = 0; op < 3; op++)
-            for (int i = 0; i < pairs[op][0]->n_out; i++)
-                if (pairs[op][0]->out[i].data)
-                    assert_memory_equal(pairs[op][0]->out[i].data, pairs[op][1]->out[i].data,
-                                        th_view_bytes(&pairs[op][0]->out[i]));
-        th_free_all();
-    }
-}
-
 /* Outputs with 1, 2 and 4 threads bit-identical (the project's rule; th_check_thread_invariant
  * covers 1 and 2). */
 static void thread_invariant_124(const mr_op_args *a) {
@@ -172,6 +145,49 @@ static void thread_invariant_124(const mr_op_args *a) {
         checked++;
     }
     assert_true(checked > 0);
+}
+
+static void test_conv_bf16_vs_ref(void **state) {
+    (void)state;
+    fprintf(stderr, "conv2d bf16: GEMM provider %s\n", mr_cpu_gemm_bf16_provider());
+    for (size_t k = 0; k < sizeof g_cases / sizeof *g_cases; k++) {
+        conv_set s[2];
+        for (int act_f32 = 0; act_f32 < 2; act_f32++) {
+            conv_set *t = &s[act_f32];
+            conv_set_make(&g_cases[k], 10 + 10 * k, act_f32, t);
+            const char *act = act_f32 ? "f32 x/dy" : "bf16 x/dy";
+            char what[96];
+            snprintf(what, sizeof what, "conv2d mixed (%s) case %zu", act, k);
+            check_one(what, &t->mf, &t->df);
+            snprintf(what, sizeof what, "conv2d_bwd_data mixed (%s) case %zu", act, k);
+            check_one(what, &t->mbd, &t->dbd);
+            snprintf(what, sizeof what, "conv2d_bwd_filter mixed (%s) case %zu", act, k);
+            check_one(what, &t->mbf, &t->dbf);
+        }
+        /* the fused ReLU in mixed precision: against the reference, and max(y, 0) bit for bit */
+        mr_op_args fr = th_fresh_outputs(&s[1].mf), rr;
+        fr.p.conv.relu = 1;
+        th_give_workspace(&fr);
+        MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &fr));
+        rr = th_fresh_outputs(&fr);
+        MR_ASSERT_OK(mr_op_run_ref(&rr));
+        thread_invariant_124(&fr);
+        for (int64_t i = 0; i < mr_shape_numel(&fr.out[0].shape); i++) {
+            float y = ((const float *)s[1].mf.out[0].data)[i], want = y > 0.0f ? y : 0.0f;
+            float got = ((const float *)fr.out[0].data)[i], ref = ((const float *)rr.out[0].data)[i];
+            if (memcmp(&got, &want, sizeof want) != 0) fail_msg("mixed relu case %zu [%lld]: %.9g, want %.9g", k, (long long)i, got, want);
+            if (!(fabsf(got - ref) <= TOL_F32_REDUCE_ATOL + TOL_F32_REDUCE_RTOL * fabsf(ref)))
+                fail_msg("mixed relu case %zu [%lld]: %.9g, reference %.9g", k, (long long)i, got, ref);
+        }
+        /* f32 x and dy rounded in the kernel give the bits of the same values cast to bf16 */
+        const mr_op_args *pairs[3][2] = {{&s[0].mf, &s[1].mf}, {&s[0].mbd, &s[1].mbd}, {&s[0].mbf, &s[1].mbf}};
+        for (int op = 0; op < 3; op++)
+            for (int i = 0; i < pairs[op][0]->n_out; i++)
+                if (pairs[op][0]->out[i].data)
+                    assert_memory_equal(pairs[op][0]->out[i].data, pairs[op][1]->out[i].data,
+                                        th_view_bytes(&pairs[op][0]->out[i]));
+        th_free_all();
+    }
 }
 
 static void test_conv_bf16_threads(void **state) {
