@@ -248,7 +248,11 @@ mr_status tr_ckpt_load(trainer *t, const char *path) {
     MR_TRY(load_params(r, path, t->ps));
     MR_TRY(load_bufs(r, path, t->ps));
     if (t->zero) {
-        full = malloc(sizeof(float) * (size_t)t->n);
+        /* zeroed: the file holds each parameter's state, not the padding between parameters'
+         * 64-byte aligned starts (autodiff/nn.c), and this replica's shard copies the padding
+         * too; uninitialised heap there became Adam's state of the padding, which the update
+         * turned into garbage or NaN parameter padding (seen as test_zero1 failing) */
+        full = calloc((size_t)t->n, sizeof(float));
         MR_CHECK(full, MR_ERR_NOMEM, "checkpoint: out of memory for the optimizer state");
     }
     for (int k = 0; k < mr_optim_num_slots(t->opt); k++) {
