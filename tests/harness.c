@@ -2,6 +2,7 @@
 #include "harness.h"
 #include "train/train.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <math.h>
@@ -406,4 +407,29 @@ void th_expect_error(mr_status got, mr_status want, const char *n1, const char *
     if (got != want) fail_msg("got %s (%s), expected %s", mr_status_name(got), mr_last_error(), mr_status_name(want));
     if (n1 && !strstr(mr_last_error(), n1)) fail_msg("message '%s' lacks '%s'", mr_last_error(), n1);
     if (n2 && !strstr(mr_last_error(), n2)) fail_msg("message '%s' lacks '%s'", mr_last_error(), n2);
+}
+
+mr_status th_train_logged(const mr_train_cfg *c, mr_train_result *r, char **log) {
+    const char *path = th_tmp_path("stderr.txt");
+    fflush(stderr);
+    const int saved = dup(2);
+    const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(saved >= 0 && fd >= 0);
+    assert_true(dup2(fd, 2) == 2);
+    close(fd);
+    mr_status st = mr_train(c, r);
+    char err[1024];
+    snprintf(err, sizeof err, "%s", mr_last_error());
+    fflush(stderr);
+    assert_true(dup2(saved, 2) == 2);
+    close(saved);
+    size_t n = 0;
+    unsigned char *b = th_read_file(path, &n);
+    *log = th_alloc(n + 1);
+    memcpy(*log, b, n);
+    (*log)[n] = '\0';
+    free(b);
+    fprintf(stderr, "---- captured log ----\n%s----\n", *log);
+    if (st != MR_OK) mr_set_error(st, "%s", err); /* the error as mr_train left it */
+    return st;
 }

@@ -53,6 +53,10 @@ void th_expect_error(mr_status got, mr_status want, const char *n1, const char *
 /* ---- trainer tests ----------------------------------------------------------------------------- */
 
 struct mr_train_cfg;
+struct mr_train_result;
+/* mr_train(c, r) with stderr captured: *log gets what it wrote (freed by th_free_all; also echoed
+ * to the real stderr between "---- captured log ----" lines); mr_last_error() is mr_train's. */
+mr_status th_train_logged(const struct mr_train_cfg *c, struct mr_train_result *r, char **log);
 /* Non-zero when Debian's Fashion-MNIST (dataset-fashion-mnist) is installed. */
 int th_have_fashion_mnist(void);
 /* A small trainer config on Fashion-MNIST: MLP 784-hidden-10, AdamW lr 2e-3, `steps` steps of

@@ -425,31 +425,6 @@ static void test_steady_two_gpus(void **state) {
     th_free_all();
 }
 
-/* mr_train with stderr captured into *log (test-owned; echoed to the real stderr). */
-static mr_status train_logged(const mr_train_cfg *c, mr_train_result *r, char **log) {
-    const char *path = th_tmp_path("stderr.txt");
-    fflush(stderr);
-    const int saved = dup(2);
-    const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    assert_true(saved >= 0 && fd >= 0);
-    assert_true(dup2(fd, 2) == 2);
-    close(fd);
-    mr_status st = mr_train(c, r);
-    char err[1024];
-    snprintf(err, sizeof err, "%s", mr_last_error());
-    fflush(stderr);
-    assert_true(dup2(saved, 2) == 2);
-    close(saved);
-    size_t n = 0;
-    unsigned char *b = th_read_file(path, &n);
-    *log = th_alloc(n + 1); /* freed by th_free_all */
-    memcpy(*log, b, n);
-    (*log)[n] = '\0';
-    free(b);
-    fprintf(stderr, "---- captured log ----\n%s----\n", *log);
-    if (st != MR_OK) mr_set_error(st, "%s", err); /* the error as mr_train left it */
-    return st;
-}
 
 /* The log's lines containing " skipped: ", from "step" on, one after another. */
 static void skip_lines(const char *log, char *out, size_t cap) {
@@ -485,7 +460,7 @@ static void test_overflow_deferred(void **state) {
     mr_train_result r[2];
     for (int gpu = 0; gpu < 2; gpu++) {
         c.device_kind = gpu ? MR_DEVICE_CUDA : MR_DEVICE_CPU;
-        MR_ASSERT_OK(train_logged(&c, &r[gpu], &log[gpu]));
+        MR_ASSERT_OK(th_train_logged(&c, &r[gpu], &log[gpu]));
         skip_lines(log[gpu], lines[gpu], sizeof lines[gpu]);
     }
     fprintf(stderr, "GPU skip lines:\n%s", lines[1]);
@@ -500,7 +475,7 @@ static void test_overflow_deferred(void **state) {
     c.ckpt_every = 4;
     c.device_kind = MR_DEVICE_CUDA;
     char *flog = NULL;
-    assert_int_equal(train_logged(&c, &r[1], &flog), MR_ERR_NUMERIC);
+    assert_int_equal(th_train_logged(&c, &r[1], &flog), MR_ERR_NUMERIC);
     fprintf(stderr, "error: %s\n", mr_last_error());
     assert_non_null(strstr(mr_last_error(), "step 6: non-finite gradients in fc2.weight (first of 2 in backward order), "
                                             "with the loss scale already at its floor (precision.loss_scale.min 1024)"));
@@ -513,7 +488,7 @@ static void test_overflow_deferred(void **state) {
     /* without loss scaling (float32): the divergence error names the step and the parameter */
     c.compute = MR_F32;
     c.ckpt_dir = NULL;
-    assert_int_equal(train_logged(&c, &r[1], &flog), MR_ERR_NUMERIC);
+    assert_int_equal(th_train_logged(&c, &r[1], &flog), MR_ERR_NUMERIC);
     fprintf(stderr, "error: %s\n", mr_last_error());
     assert_non_null(strstr(mr_last_error(), "step 6: non-finite gradients in fc2.weight (first of 2 in backward order), "
                                             "with a finite loss"));

@@ -31,33 +31,6 @@ static mr_train_cfg small_mlp(int64_t steps) {
     return c;
 }
 
-/* mr_train with stderr captured: *log gets what it wrote (test-owned; echoed to the real stderr). */
-static mr_status train_logged(const mr_train_cfg *c, mr_train_result *r, char **log) {
-    const char *path = th_tmp_path("stderr.txt");
-    fflush(stderr);
-    const int saved = dup(2);
-    const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    assert_true(saved >= 0 && fd >= 0);
-    assert_true(dup2(fd, 2) == 2);
-    close(fd);
-    mr_status st = mr_train(c, r);
-    char err[1024];
-    snprintf(err, sizeof err, "%s", mr_last_error());
-    fflush(stderr);
-    assert_true(dup2(saved, 2) == 2);
-    close(saved);
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    const long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    *log = th_alloc((size_t)n + 1);
-    assert_true(fread(*log, 1, (size_t)n, f) == (size_t)n);
-    fclose(f);
-    fprintf(stderr, "---- captured log ----\n%s----\n", *log);
-    if (st != MR_OK) mr_set_error(st, "%s", err); /* the error as mr_train left it */
-    return st;
-}
 
 /* Fails unless the log has a line containing want. */
 static void expect_line(const char *log, const char *want) {
@@ -71,7 +44,7 @@ static void expect_skip(mr_train_cfg c, const char *names, const char *line) {
     c.inject_nonfinite_param = names;
     mr_train_result r;
     char *log = NULL;
-    MR_ASSERT_OK(train_logged(&c, &r, &log));
+    MR_ASSERT_OK(th_train_logged(&c, &r, &log));
     expect_line(log, line);
     assert_int_equal(r.skipped_steps, 1);
     const char *first = strstr(log, " skipped: ");
@@ -151,7 +124,7 @@ static void test_forward_already_nonfinite(void **state) {
     c.on_step = poison;
     mr_train_result r;
     char *log = NULL;
-    assert_int_equal(train_logged(&c, &r, &log), MR_ERR_NUMERIC);
+    assert_int_equal(th_train_logged(&c, &r, &log), MR_ERR_NUMERIC);
     expect_line(log, "step 3 skipped: non-finite gradients in fc2.");
     expect_line(log, "(first of 4 in backward order); the loss was already non-finite (nan: the forward overflowed), "
                      "loss scale 8 -> 4\n");
@@ -168,7 +141,7 @@ static void test_forward_already_nonfinite(void **state) {
     c = small_mlp(20);
     c.compute = MR_F32;
     c.on_step = poison;
-    assert_int_equal(train_logged(&c, &r, &log), MR_ERR_NUMERIC);
+    assert_int_equal(th_train_logged(&c, &r, &log), MR_ERR_NUMERIC);
     e = mr_last_error();
     fprintf(stderr, "error: %s\n", e);
     assert_non_null(strstr(e, "non-finite loss (nan) at step 3: non-finite gradients in fc2."));
@@ -204,7 +177,7 @@ static const char *stopped_run(mr_train_cfg c, const char *tag, const char *name
     c.on_step = remember;
     c.on_step_ctx = s;
     mr_train_result r;
-    assert_int_equal(train_logged(&c, &r, log), MR_ERR_NUMERIC);
+    assert_int_equal(th_train_logged(&c, &r, log), MR_ERR_NUMERIC);
     fprintf(stderr, "error: %s\n", mr_last_error());
     return mr_last_error();
 }
