@@ -22,7 +22,8 @@ typedef struct mr_ctl_event {
     double scale_before, scale_after;    /* the loss scale (loss scaling) */
     int32_t first, bad;                  /* the first parameter (registry index) in backward order whose
                                           * gradient was not finite, and how many were; -1, 0: none */
-    int32_t pad;
+    /* 40 bytes, no padding: an event is copied by assignment, and padding bytes would carry stack
+     * garbage into the block (tests compare it byte for byte) */
 } mr_ctl_event;
 
 typedef struct mr_step_ctl {
@@ -99,7 +100,6 @@ MR_HD static inline void mr_ctl_check(mr_step_ctl *c, mr_ctl_cfg k, int32_t *bad
     e.loss = loss;
     e.first = -1;
     e.bad = 0;
-    e.pad = 0;
     for (int32_t i = 0; i < k.nparam; i++)
         if (bad[order[i]]) {
             if (e.first < 0) e.first = order[i];

@@ -83,7 +83,8 @@ static void run(mr_train_cfg c, trace *t) {
         assert_int_equal(r.steps, c.steps);
 }
 
-/* The text of MIRROR_DATA_LOG's file for replica `rank` of a run logged to base (must exist). */
+/* The text of MIRROR_DATA_LOG's file for replica `rank` of a run logged to base (must exist;
+ * malloc'd: the caller frees it). */
 static char *data_log(const char *base, int rank) {
     char path[4200];
     size_t n = 0;
@@ -126,6 +127,9 @@ static void test_prefetch_resume(void **state) {
         char *a = data_log(log_a, rank), *b = data_log(log_b, rank), *hc = data_log(log_c, rank);
         if (strcmp(a, b) != 0) fail_msg("replica %d: the stopped and resumed run trained on other samples than the straight one", rank);
         if (strcmp(a, hc) != 0) fail_msg("replica %d: the GPU run trained on other samples than the CPU run", rank);
+        free(a);
+        free(b);
+        free(hc);
     }
     assert_true(straight.n > 0 && straight.n == second.n);
     assert_memory_equal(straight.params, second.params, (size_t)straight.n * sizeof(float));

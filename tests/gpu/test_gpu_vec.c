@@ -161,9 +161,13 @@ static void test_ctl(void **state) {
                     (isnan(got.clip_sumsq) && isnan(hc.clip_sumsq)));
         assert_true(fabsf(got.clip - hc.clip) <= 2e-7f * fabsf(hc.clip));
         got.sumsq = hc.sumsq, got.clip_sumsq = hc.clip_sumsq, got.clip = hc.clip;
-        if (memcmp(&got, &hc, sizeof hc) != 0)
+        if (memcmp(&got, &hc, sizeof hc) != 0) {
+            const unsigned char *x = (const unsigned char *)&got, *y = (const unsigned char *)&hc;
+            for (size_t b = 0; b < sizeof hc; b++)
+                if (x[b] != y[b]) fprintf(stderr, "byte %zu of the block: GPU %02x, CPU %02x\n", b, x[b], y[b]);
             fail_msg("step %d: the control block differs (GPU scale %g apply %d, CPU scale %g apply %d)", k, got.scale,
                      got.apply, hc.scale, hc.apply);
+        }
         float dgh[CTL_N];
         int32_t bh[CTL_P];
         down(dgh, dg, sizeof dgh);
