@@ -481,7 +481,8 @@ extern "C" int mr_attention_cudnn(const mr_op_args *a, int bwd, mr_status *out_s
         MR_TRY(workspace_of(p, a, &ws));
         MR_TRY_CUDNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack));
         {
-            cudnnStatus_t e = cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);
+            cudnnStatus_t e =
+                cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);
             if (e == CUDNN_STATUS_SUCCESS)
                 e = cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs);
             if (e == CUDNN_STATUS_SUCCESS)

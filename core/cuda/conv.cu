@@ -85,7 +85,7 @@ static mr_status dnn_handle_get(int device, cudaStream_t s, dnn_handle **out) {
             return MR_OK;
         }
     d = (dnn_handle *)calloc(1, sizeof *d);
-    MR_CHECK(d, MR_ERR_NOMEM, "conv2d: out of host memory for a cuDNN handle");
+    MR_CHECK(d, MR_ERR_NOMEM, "cuDNN: out of host memory for a handle");
     MR_TRY_CUDNN(cudnnCreate(&h));
     MR_TRY_CUDNN(cudnnSetStream(h, s));
     d->device = device;

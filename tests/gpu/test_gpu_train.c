@@ -147,8 +147,9 @@ static void test_gpt(void **state) {
 
 /* The tiny GPT in mixed_bfloat16 with its attention through cuDNN's flash attention
  * (core/cuda/attention_cudnn.cu) and through mirror's kernels (MIRROR_CUDNN_SDPA=0): every step's
- * loss close, and the counters say the first run's backward went through cuDNN only and the
- * second run's through the kernels only. */
+ * loss close, the counters say the first run's backward went through cuDNN only and the
+ * second run's through the kernels only, and no step after the third reaches the driver's
+ * allocator with the cuDNN path. */
 static void test_gpt_cudnn_attention(void **state) {
     (void)state;
     mr_train_cfg c = tiny_gpt(S(12), 0.0);
@@ -176,8 +177,12 @@ static void test_gpt_cudnn_attention(void **state) {
         if (!(d <= 3e-2)) fail_msg("step %lld: loss %.6f with cuDNN attention, %.6f with the kernels", (long long)s,
                                    on.loss[s], off.loss[s]);
     }
-    fprintf(stderr, "gpt bf16: %lld steps, loss %.5f (cuDNN attention) vs %.5f (kernels), worst step |diff| %.2e\n",
-            (long long)c.steps, on.loss[c.steps], off.loss[c.steps], worst);
+    fprintf(stderr, "gpt bf16: %lld steps, loss %.5f (cuDNN attention) vs %.5f (kernels), worst step |diff| %.2e; "
+                    "raw device allocations with cuDNN: %lld after step 3, %lld after step %lld\n",
+            (long long)c.steps, on.loss[c.steps], off.loss[c.steps], worst, (long long)on.raw_allocs_at[3],
+            (long long)on.raw_allocs_at[c.steps], (long long)c.steps);
+    /* the plans (and any workspace of their own) are made in the first step: none after */
+    assert_int_equal(on.raw_allocs_at[3], on.raw_allocs_at[c.steps]);
     th_free_all();
 }
 
