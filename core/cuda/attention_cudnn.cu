@@ -24,8 +24,9 @@
  * tensor), the one it picks for deterministic runs.
  *
  * Plans: built once per (pass, device, stream, dtype, B, H, T, S, D, causal), cached for the
- * process (SDPA_PLANS, never evicted). The engine is the first heuristics result (mode A) whose
- * execution plan finalizes. Its workspace is the op's (a->workspace) when it fits, else a buffer
+ * process (SDPA_PLANS, never evicted). The engine is the first heuristics result (mode A) without
+ * the NONDETERMINISTIC numerical note (mirror promises bit-identical reruns) whose execution plan
+ * finalizes. Its workspace is the op's (a->workspace) when it fits, else a buffer
  * the plan allocates once when it is built (the first step, before any CUDA graph capture), so a
  * steady step allocates nothing. A shape cuDNN has no engine for (or any failure to build the
  * plan) is cached as such and named once on stderr; those calls run mirror's kernels.
@@ -323,8 +324,27 @@ mr_status plan_build(cudnnHandle_t h, int pass, const sdpa_dims &x, sdpa_plan *o
         }
     }
     for (int64_t i = 0; i < ncfg && g.st == MR_OK && !plan; i++) {
-        cudnnBackendDescriptor_t p = NULL;
-        cudnnStatus_t e = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p);
+        /* mirror promises bit-identical reruns: an engine noted non-deterministic is skipped */
+        cudnnBackendDescriptor_t eng = make(&g, CUDNN_BACKEND_ENGINE_DESCRIPTOR), p = NULL;
+        cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+        int64_t neng = 0, nnotes = 0;
+        if (g.st != MR_OK) break;
+        cudnnStatus_t e = cudnnBackendGetAttribute(cfgs[i], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                                   1, &neng, &eng);
+        if (e == CUDNN_STATUS_SUCCESS)
+            e = cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                         CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &nnotes, notes);
+        if (e != CUDNN_STATUS_SUCCESS) {
+            g.st = mr_cudnn_error(e, "cudnnBackendGetAttribute(engine numerical notes)", __FILE__, __LINE__);
+            break;
+        }
+        int nondet = 0;
+        for (int64_t j = 0; j < nnotes; j++) nondet |= notes[j] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
+        if (nondet) {
+            if (i == ncfg - 1) g.st = mr_set_error(MR_ERR_UNSUPPORTED, "every engine cuDNN offers is non-deterministic");
+            continue;
+        }
+        e = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p);
         if (e != CUDNN_STATUS_SUCCESS) {
             g.st = mr_cudnn_error(e, "cudnnBackendCreateDescriptor(execution plan)", __FILE__, __LINE__);
             break;

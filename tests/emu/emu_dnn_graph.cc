@@ -19,7 +19,8 @@
  * workspace at least what the plan said, in device memory (filled with garbage while the graph
  * runs, so state kept there between runs shows).
  *
- * The engine: heuristics return one engine config for a graph of the shape cuDNN 9's fused
+ * The engine: heuristics return two engine configs (the first noted NONDETERMINISTIC, whose
+ * outputs' last bit changes every other run; the second deterministic) for a graph of the shape cuDNN 9's fused
  * flash-attention engines take, the node sequences cudnn-frontend 1.x builds for sdpa and
  * sdpa_backward (attention_cudnn.cu's header): half I/O of one type (bf16 or f16), f32 stats,
  * f32 compute, head dim a multiple of 8 and at most 128, a bottom-right causal mask only with
@@ -37,6 +38,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -101,6 +103,7 @@ struct graph {
 struct engine {
     std::shared_ptr<graph> g;
     int64_t ws = 0;
+    bool nondet = false; /* noted NONDETERMINISTIC: its outputs' last bit changes from run to run */
 };
 
 struct attr {
@@ -690,7 +693,9 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t dd) {
         need(d, CUDNN_ATTR_ENGINEHEUR_MODE, fn, "CUDNN_ATTR_ENGINEHEUR_MODE");
         d->g = g->g;
         std::string why = engine_check(*g->g);
-        if (why.empty()) d->results.push_back(engine{g->g, engine_ws(*g->g)});
+        /* two engines, as cuDNN often offers: a non-deterministic one first (atomics, say), then a
+         * deterministic one; mirror must read the notes and take the second */
+        if (why.empty()) d->results = {engine{g->g, engine_ws(*g->g), true}, engine{g->g, engine_ws(*g->g), false}};
         else mr_emu::dnn_set_last_error(("no engine: " + why).c_str());
         break;
     }
@@ -731,6 +736,22 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const dd, cudnnB
             c->eng = d->results[(size_t)i];
             c->fin = true;
         }
+        if (req < *count) *count = req;
+        return CUDNN_STATUS_SUCCESS;
+    }
+    if (d->type == CUDNN_BACKEND_ENGINECFG_DESCRIPTOR && n == CUDNN_ATTR_ENGINECFG_ENGINE) {
+        if (t != CUDNN_TYPE_BACKEND_DESCRIPTOR || req < 1 || !arr) bad(fn, "the engine is one descriptor");
+        bdesc *e = use(*(cudnnBackendDescriptor_t *)arr, fn);
+        if (e->type != CUDNN_BACKEND_ENGINE_DESCRIPTOR) bad(fn, "the engine must go into an engine descriptor");
+        e->eng = d->eng;
+        e->fin = true;
+        *count = 1;
+        return CUDNN_STATUS_SUCCESS;
+    }
+    if (d->type == CUDNN_BACKEND_ENGINE_DESCRIPTOR && n == CUDNN_ATTR_ENGINE_NUMERICAL_NOTE) {
+        if (t != CUDNN_TYPE_NUMERICAL_NOTE) bad(fn, "numerical notes are CUDNN_TYPE_NUMERICAL_NOTE");
+        *count = d->eng.nondet ? 1 : 0;
+        if (*count && req >= 1 && arr) ((cudnnBackendNumericalNote_t *)arr)[0] = CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
         if (req < *count) *count = req;
         return CUDNN_STATUS_SUCCESS;
     }
@@ -784,7 +805,9 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t pd, 
     if (wsb > 0 && (!ws || !mr_emu::device_range(ws, (size_t)wsb, nullptr)))
         bad(fn, "the plan needs %lld bytes of workspace; %p is not that much device memory", (long long)wsb, ws);
     mr_emu::count_library_call();
-    cudaError_t e = mr_emu::enqueue(stream, fn, [g, in, dptr, ws, wsb]() {
+    static std::atomic<uint64_t> runs_nondet;
+    const bool flip = plan->eng.nondet && (runs_nondet++ % 2 == 1);
+    cudaError_t e = mr_emu::enqueue(stream, fn, [g, in, dptr, ws, wsb, flip]() {
         values v = *in;
         if (wsb > 0) memset(ws, 0xA5, (size_t)wsb); /* the engine's scratch: nothing survives in it */
         for (auto &kv : dptr) { /* non-virtual inputs (outputs are written below) */
@@ -802,6 +825,10 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t pd, 
                 if (o.y.dt == CUDNN_DATA_INT32) ((int32_t *)p)[off] = (int32_t)y[(size_t)off];
                 else mr_emu::store_value(p, off, cuda_of(o.y.dt), y[(size_t)off]);
             });
+            if (flip) { /* the non-deterministic engine: every other run, the last bit of element 0 */
+                if (esize(o.y.dt) == 2) *(uint16_t *)p ^= 1u;
+                else if (esize(o.y.dt) == 4) *(uint32_t *)p ^= 1u;
+            }
         }
     });
     return e == cudaSuccess ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_EXECUTION_FAILED;

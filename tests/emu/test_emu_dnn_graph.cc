@@ -174,14 +174,28 @@ static built build(cudnnHandle_t h, int64_t t, int64_t s, const twist &w) {
     at(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g);
     at(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
     OK(cudnnBackendFinalize(heur));
-    D cfg = mk(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    D cfgs[4] = {mk(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR), mk(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR),
+                 mk(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR), mk(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR)};
     built b;
-    OK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b.engines, &cfg));
+    OK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 4, &b.engines, cfgs));
     if (b.engines == 0) {
         char why[256];
         cudnnGetLastErrorString(why, sizeof why);
         b.why = why;
         return b;
+    }
+    /* the deterministic engine (the fake offers a non-deterministic one first) */
+    D cfg = nullptr;
+    for (int64_t i = 0; i < b.engines && !cfg; i++) {
+        D eng = mk(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+        cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+        int64_t n = 0, nn = 0;
+        OK(cudnnBackendGetAttribute(cfgs[i], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng));
+        OK(cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                    CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &nn, notes));
+        bool nondet = nn > 0 && notes[0] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
+        check(nondet == (i == 0), "the fake's first engine is noted non-deterministic, the second not");
+        if (!nondet) cfg = cfgs[i];
     }
     b.plan = mk(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
     at(b.plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);

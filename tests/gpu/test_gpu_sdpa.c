@@ -3,7 +3,8 @@
  * forward and backward against the f64 reference (core/ref/attention_ref.c) within the half
  * tolerances of tests/tolerances.h, and against mirror's own kernels (MIRROR_CUDNN_SDPA=0) on
  * the same inputs. mr_attention_paths_get says which path ran each call, so every case checks
- * that the path it means to test is the one that ran. Shapes cuDNN has no engine for (a head dim
+ * that the path it means to test is the one that ran; every call runs twice and must give the
+ * same bits (the engine chosen must be deterministic). Shapes cuDNN has no engine for (a head dim
  * that is not a multiple of 8; a causal T < S mask with T or S not a multiple of 64) run
  * mirror's kernels, named once on stderr; f32 always runs mirror's kernels. On the emulator the
  * cuDNN graph runs in the backend-graph interpreter of tests/emu/emu_dnn_graph.cc; on a real GPU
@@ -82,19 +83,29 @@ typedef struct dev_call {
     int n_out;
 } dev_call;
 
-/* Runs c (with MIRROR_CUDNN_SDPA=0 when off), checks the path that ran is the cuDNN one when
- * cudnn, else the kernels, and returns output i. */
+/* Runs c twice (with MIRROR_CUDNN_SDPA=0 when off): every output the same bits both times (mirror
+ * promises deterministic reruns: on the emulator a non-deterministic engine would change a bit),
+ * the path that ran the cuDNN one when cudnn, else the kernels; returns output i. */
 static double *run_and_get(dev_call *c, int cudnn, int off, int i) {
     mr_attention_paths before, after;
     mr_attention_paths_get(&before);
     if (off) setenv("MIRROR_CUDNN_SDPA", "0", 1);
-    gpu_run_op(&c->a);
+    double *first[3];
+    for (int r = 0; r < 2; r++) {
+        gpu_run_op(&c->a);
+        for (int o = 0; o < c->n_out; o++) {
+            double *h = gpu_download(c->out[o]);
+            if (r == 0) first[o] = h;
+            else if (memcmp(first[o], h, (size_t)mr_shape_numel(&c->a.out[o].shape) * sizeof *h))
+                fail_msg("attention: out[%d] differs between two runs (%s path)", o, cudnn ? "cuDNN" : "kernel");
+        }
+    }
     unsetenv("MIRROR_CUDNN_SDPA");
     mr_attention_paths_get(&after);
     int bwd = c->a.op == MR_OP_ATTENTION_BWD;
     int64_t dc = bwd ? after.cudnn_bwd - before.cudnn_bwd : after.cudnn_fwd - before.cudnn_fwd;
     int64_t dk = bwd ? after.kernel_bwd - before.kernel_bwd : after.kernel_fwd - before.kernel_fwd;
-    if (dc != (cudnn ? 1 : 0) || dk != (cudnn ? 0 : 1))
+    if (dc != (cudnn ? 2 : 0) || dk != (cudnn ? 0 : 2))
         fail_msg("attention %s: expected the %s path, got %lld cuDNN and %lld kernel calls", bwd ? "backward" : "forward",
                  cudnn ? "cuDNN" : "kernel", (long long)dc, (long long)dk);
     return gpu_download(c->out[i]);
