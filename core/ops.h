@@ -167,6 +167,14 @@ typedef enum mr_op_id {
     MR_OP_COUNT
 } mr_op_id;
 
+/* How MR_OP_ATTENTION / MR_OP_ATTENTION_BWD ran on CUDA devices in this process: calls through
+ * cuDNN's fused flash attention (bf16/f16 shapes cuDNN has an engine for; MIRROR_CUDNN_SDPA=0
+ * turns it off) and calls through mirror's own kernels (docs/DESIGN.md "cuDNN attention"). */
+typedef struct mr_attention_paths {
+    int64_t cudnn_fwd, cudnn_bwd, kernel_fwd, kernel_bwd;
+} mr_attention_paths;
+void mr_attention_paths_get(mr_attention_paths *out);
+
 /* GEMM epilogues (p.gemm.epilogue): what is applied to alpha*op(A)op(B) + beta*C + bias. */
 enum { MR_GEMM_EPI_NONE = 0, MR_GEMM_EPI_GELU = 1 };
 
