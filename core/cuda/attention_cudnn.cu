@@ -316,7 +316,8 @@ mr_status plan_build(cudnnHandle_t h, int pass, const sdpa_dims &x, sdpa_plan *o
                                                    8, &ncfg, cfgs);
         if (e != CUDNN_STATUS_SUCCESS) g.st = mr_cudnn_error(e, "cudnnBackendGetAttribute(heuristics results)",
                                                              __FILE__, __LINE__);
-        else if (ncfg == 0) {
+        else if (ncfg > 8) ncfg = 8; /* the count is how many there are; 8 were written */
+        if (g.st == MR_OK && ncfg == 0) {
             char why[256];
             why[0] = '\0';
             cudnnGetLastErrorString(why, sizeof why);
@@ -380,8 +381,21 @@ void key_of(int pass, int device, cudaStream_t s, const sdpa_dims &x, int64_t ke
     key[6] = x.t, key[7] = x.s, key[8] = x.d, key[9] = x.causal;
 }
 
-/* The cached plan for the key, built with handle h on first use (a failed build is cached too:
- * named once, then mirror's kernels). NULL with the cache full and the key new. */
+/* Whether s is being captured into a CUDA graph: building a plan or allocating its workspace is
+ * not for a capture (cudaMalloc would invalidate it), so such a call runs mirror's kernels. */
+int capturing(cudaStream_t s) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(s, &cs) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 1;
+    }
+    return cs != cudaStreamCaptureStatusNone;
+}
+
+/* The cached plan for the key, built with handle h on first use. A build that fails for want of
+ * memory is not cached (the next call tries again); any other failure is (named once, then
+ * mirror's kernels). NULL with the cache full and the key new, during a capture with the key new,
+ * or after an out-of-memory. */
 sdpa_plan *plan_get(cudnnHandle_t h, int pass, int device, cudaStream_t s, const sdpa_dims &x) {
     int64_t key[SDPA_KEY];
     key_of(pass, device, s, x, key);
@@ -389,25 +403,31 @@ sdpa_plan *plan_get(cudnnHandle_t h, int pass, int device, cudaStream_t s, const
     pthread_mutex_lock(&g_sdpa_mu);
     for (int i = 0; i < g_nplans && !p; i++)
         if (memcmp(g_plans[i]->key, key, sizeof key) == 0) p = g_plans[i];
-    if (!p && g_nplans < SDPA_PLANS && (p = (sdpa_plan *)calloc(1, sizeof *p))) {
+    if (!p && g_nplans < SDPA_PLANS && !capturing(s) && (p = (sdpa_plan *)calloc(1, sizeof *p))) {
         memcpy(p->key, key, sizeof key);
         mr_status st = plan_build(h, pass, x, p);
         p->ok = st == MR_OK;
         if (!p->ok)
             mr_log_warn("attention: cuDNN flash attention (%s, %s, B %lld H %lld T %lld S %lld D %lld%s) is not "
-                        "available, mirror's kernels run it: %s",
+                        "available%s, mirror's kernels run it: %s",
                         pass == SDPA_FWD ? "forward" : "backward", x.io == CUDNN_DATA_BFLOAT16 ? "bf16" : "f16",
                         (long long)x.b, (long long)x.h, (long long)x.t, (long long)x.s, (long long)x.d,
-                        x.causal ? ", causal" : "", mr_last_error());
-        g_plans[g_nplans++] = p;
+                        x.causal ? ", causal" : "", st == MR_ERR_NOMEM ? " this time" : "", mr_last_error());
+        if (st == MR_ERR_NOMEM) {
+            free(p);
+            p = NULL;
+        } else {
+            g_plans[g_nplans++] = p;
+        }
     }
     pthread_mutex_unlock(&g_sdpa_mu);
     return p;
 }
 
 /* The workspace for plan p: the op's when it is large enough, else the plan's own buffer, made
- * once (under the plan lock: two ops with the same key share the plan and its stream). */
-mr_status workspace_of(sdpa_plan *p, const mr_op_args *a, void **out) {
+ * once (under the plan lock: two ops with the same key share the plan and its stream); NULL when
+ * that buffer is still to be made and s is being captured. */
+mr_status workspace_of(sdpa_plan *p, const mr_op_args *a, cudaStream_t s, void **out) {
     mr_status st = MR_OK;
     *out = NULL;
     if (p->ws == 0) return MR_OK;
@@ -416,6 +436,10 @@ mr_status workspace_of(sdpa_plan *p, const mr_op_args *a, void **out) {
         return MR_OK;
     }
     pthread_mutex_lock(&g_sdpa_mu);
+    if (!p->own_ws && capturing(s)) { /* no cudaMalloc in a capture: *out NULL, the kernels this time */
+        pthread_mutex_unlock(&g_sdpa_mu);
+        return MR_OK;
+    }
     if (!p->own_ws) {
         cudaError_t e = cudaMalloc(&p->own_ws, (size_t)p->ws);
         if (e != cudaSuccess) {
@@ -498,7 +522,8 @@ extern "C" int mr_attention_cudnn(const mr_op_args *a, int bwd, mr_status *out_s
         }
 #undef SDPA_PTR
         cudnnBackendDescriptor_t pack = NULL;
-        MR_TRY(workspace_of(p, a, &ws));
+        MR_TRY(workspace_of(p, a, s, &ws));
+        if (p->ws > 0 && !ws) goto fail; /* none to be had during a capture: mirror's kernels */
         MR_TRY_CUDNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack));
         {
             cudnnStatus_t e =

@@ -736,8 +736,7 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const dd, cudnnB
             c->eng = d->results[(size_t)i];
             c->fin = true;
         }
-        if (req < *count) *count = req;
-        return CUDNN_STATUS_SUCCESS;
+        return CUDNN_STATUS_SUCCESS; /* *count: how many there are (the real API), not how many were written */
     }
     if (d->type == CUDNN_BACKEND_ENGINECFG_DESCRIPTOR && n == CUDNN_ATTR_ENGINECFG_ENGINE) {
         if (t != CUDNN_TYPE_BACKEND_DESCRIPTOR || req < 1 || !arr) bad(fn, "the engine is one descriptor");

@@ -1066,6 +1066,20 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMo
     return cudaSuccess;
 }
 
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *status) {
+    locker l;
+    if (!status) return err(cudaErrorInvalidValue);
+    if (!stream || stream == cudaStreamLegacy) {
+        *status = cudaStreamCaptureStatusNone; /* mirror never captures the legacy stream */
+        return cudaSuccess;
+    }
+    CUstream_st *s = resolve(stream);
+    if (!s) return err(cudaErrorInvalidResourceHandle);
+    *status = !s->cap ? cudaStreamCaptureStatusNone
+                      : s->cap_invalid ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *out) {
     locker l;
     *out = nullptr;

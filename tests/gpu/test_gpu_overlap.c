@@ -228,29 +228,38 @@ static void test_zero1(void **state) {
 }
 
 /* A replica that hangs after a step's host agreement, while its peer's stream already waits for
- * the loss all-reduce it never joins: the peer's next host wait (here the read-back after the
- * step: on_step reads every step) has the communicator's deadline, so the run fails naming the
- * wait and the deadline. Without the deadline replica 0 blocks until the stalled replica goes on
- * (stall_s later), and the run then succeeds: that is what this test tells apart. */
+ * the loss all-reduce it never joins: the peer's next host wait has the communicator's deadline,
+ * so the run fails naming the wait and the deadline. Without the deadline the peer blocks until
+ * the stalled replica goes on (stall_s later), and the run then succeeds: that is what this test
+ * tells apart. Two places: the read-back after the step (on_step reads every step; the bucketed
+ * exchange) and, with the whole-buffer exchange and no read-back, the next step's wait before its
+ * all-reduce (distribute/ddp.c host_wait). */
 static void test_peer_stall(void **state) {
     (void)state;
     if (!th_have_fashion_mnist() || mr_cuda_device_count() < 2) skip();
-    mr_train_cfg c = mlp3(2);
-    trace t = {0};
-    c.on_step = on_step;
-    c.on_step_ctx = &t;
-    c.comm_timeout_s = 1;
-    c.stall_at = 3;
-    c.stall_replica = 1;
-    c.stall_s = 6;
-    mr_train_result r;
-    mr_status st = mr_train(&c, &r);
-    const char *e = mr_last_error();
-    print_message("stalled replica: status %d: %s\n", (int)st, e);
-    assert_int_equal(st, MR_ERR_COMM);
-    assert_non_null(strstr(e, "waiting for step 3's results"));
-    assert_non_null(strstr(e, "no progress for 1 s"));
-    assert_true(t.loss[2] > 0 && t.loss[3] == 0); /* steps 1-2 completed, step 3 did not */
+    for (int whole = 0; whole < 2; whole++) {
+        mr_train_cfg c = mlp3(2);
+        trace t = {0};
+        if (!whole) {
+            c.on_step = on_step;
+            c.on_step_ctx = &t;
+        } else {
+            c.no_grad_overlap = 1;
+            c.log_every = 1000;
+        }
+        c.comm_timeout_s = 1;
+        c.stall_at = 3;
+        c.stall_replica = 1;
+        c.stall_s = 6;
+        mr_train_result r;
+        mr_status st = mr_train(&c, &r);
+        const char *e = mr_last_error();
+        print_message("stalled replica (%s): status %d: %s\n", whole ? "whole buffer" : "buckets", (int)st, e);
+        assert_int_equal(st, MR_ERR_COMM);
+        assert_non_null(strstr(e, whole ? "waiting for the step's gradients" : "waiting for step 3's results"));
+        assert_non_null(strstr(e, "no progress for 1 s"));
+        if (!whole) assert_true(t.loss[2] > 0 && t.loss[3] == 0); /* steps 1-2 completed, step 3 did not */
+    }
     th_free_all();
 }
 
