@@ -39,36 +39,75 @@ enum { TK = 32, KC = 512, NC = 512, MC = 64, BLK = 32 };
 
 /* ---- packing ---------------------------------------------------------------------------------- */
 
-/* op(A)[i0:i0+mc, p0:p0+kc] -> ap, rows rounded up to 16 and k to 32 with zeros. */
-static void pack_a(int trans_a, const uint16_t *a, int64_t lda, int64_t i0, int64_t p0, int mc, int kc,
-                   uint16_t *ap) {
-    int nch = (kc + TK - 1) / TK, mg = (mc + 15) / 16;
-    for (int g = 0; g < mg; g++)
-        for (int ch = 0; ch < nch; ch++) {
-            uint16_t *dst = ap + ((int64_t)g * nch + ch) * 16 * TK;
-            int kw = kc - ch * TK < TK ? kc - ch * TK : TK;
-            for (int r = 0; r < 16; r++) {
-                int i = g * 16 + r;
-                uint16_t *d = dst + r * TK;
-                if (i >= mc) {
-                    memset(d, 0, sizeof(uint16_t) * TK);
-                    continue;
-                }
-                if (!trans_a) {
-                    memcpy(d, a + (i0 + i) * lda + p0 + ch * TK, sizeof(uint16_t) * (size_t)kw);
-                } else {
-                    const uint16_t *s = a + (p0 + ch * TK) * lda + i0 + i;
-                    for (int q = 0; q < kw; q++) d[q] = s[q * lda];
-                }
-                if (kw < TK) memset(d + kw, 0, sizeof(uint16_t) * (size_t)(TK - kw));
-            }
-        }
-}
 
 static inline __mmask16 low_mask(int n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1u); }
 
+/* r[0..15] (16 x 16 u32) transposed in place: unpacks within 128-bit lanes, then lane shuffles. */
+AMX_TARGET static inline void transpose16(__m512i r[16]) {
+    __m512i u[16];
+    for (int b = 0; b < 4; b++) {
+        __m512i lo01 = _mm512_unpacklo_epi32(r[4 * b], r[4 * b + 1]), hi01 = _mm512_unpackhi_epi32(r[4 * b], r[4 * b + 1]);
+        __m512i lo23 = _mm512_unpacklo_epi32(r[4 * b + 2], r[4 * b + 3]);
+        __m512i hi23 = _mm512_unpackhi_epi32(r[4 * b + 2], r[4 * b + 3]);
+        u[4 * b] = _mm512_unpacklo_epi64(lo01, lo23);     /* per lane: rows 4b..4b+3, element 0 */
+        u[4 * b + 1] = _mm512_unpackhi_epi64(lo01, lo23); /* element 1 */
+        u[4 * b + 2] = _mm512_unpacklo_epi64(hi01, hi23);
+        u[4 * b + 3] = _mm512_unpackhi_epi64(hi01, hi23);
+    }
+    for (int e = 0; e < 4; e++) {
+        __m512i v0 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0x88), v1 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0xdd);
+        __m512i w0 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0x88);
+        __m512i w1 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0xdd);
+        r[e] = _mm512_shuffle_i32x4(v0, w0, 0x88);
+        r[8 + e] = _mm512_shuffle_i32x4(v0, w0, 0xdd);
+        r[4 + e] = _mm512_shuffle_i32x4(v1, w1, 0x88);
+        r[12 + e] = _mm512_shuffle_i32x4(v1, w1, 0xdd);
+    }
+}
+
+/* Two rows of 16 bf16 (k and k+1; NULL: zeros) as 16 (k, k+1) pairs; only the first nw columns read. */
+AMX_TARGET static inline __m512i pair_rows(const uint16_t *lo, const uint16_t *hi, __mmask16 cm) {
+    __m512i l = lo ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(cm, lo)) : _mm512_setzero_si512();
+    __m512i h = hi ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(cm, hi)) : _mm512_setzero_si512();
+    return _mm512_or_si512(l, _mm512_slli_epi32(h, 16));
+}
+
+/* op(A)[i0:i0+mc, p0:p0+kc] -> ap, rows rounded up to 16 and k to 32 with zeros: a tile (16 rows
+ * x 32 k) per 16-row group and 32-k chunk. A transposed (stored (K,M)) is read as 16 k pairs of
+ * 16 rows and transposed in registers (32-bit elements: a k pair moves as one). */
+AMX_TARGET static void pack_a(int trans_a, const uint16_t *a, int64_t lda, int64_t i0, int64_t p0, int mc, int kc,
+                              uint16_t *ap) {
+    int nch = (kc + TK - 1) / TK, mg = (mc + 15) / 16;
+    for (int g = 0; g < mg; g++) {
+        int mw = mc - g * 16 < 16 ? mc - g * 16 : 16;
+        __mmask16 rm = low_mask(mw);
+        for (int ch = 0; ch < nch; ch++) {
+            uint16_t *dst = ap + ((int64_t)g * nch + ch) * 16 * TK;
+            int kw = kc - ch * TK < TK ? kc - ch * TK : TK;
+            if (trans_a) {
+                __m512i r[16];
+                for (int q = 0; q < 16; q++) {
+                    int k0 = 2 * q;
+                    const uint16_t *s = a + (p0 + ch * TK + k0) * lda + i0 + g * 16;
+                    r[q] = pair_rows(k0 < kw ? s : NULL, k0 + 1 < kw ? s + lda : NULL, rm);
+                }
+                transpose16(r);
+                for (int q = 0; q < 16; q++) _mm512_store_si512(dst + q * TK, r[q]);
+                continue;
+            }
+            __mmask32 km = kw >= 32 ? 0xffffffffu : (__mmask32)((1u << kw) - 1u);
+            for (int q = 0; q < 16; q++) {
+                __m512i v = q < mw ? _mm512_maskz_loadu_epi16(km, a + (i0 + g * 16 + q) * lda + p0 + ch * TK)
+                                   : _mm512_setzero_si512();
+                _mm512_store_si512(dst + q * TK, v);
+            }
+        }
+    }
+}
+
 /* op(B)[p0:p0+kc, j0:j0+nc] -> bp in the VNNI layout: tile row r holds (k 2r, k 2r+1) of each of
- * 16 columns; columns rounded up to 16 and k to 32 with zeros. */
+ * 16 columns; columns rounded up to 16 and k to 32 with zeros. B transposed (stored (N,K)) holds
+ * each column's k pairs as consecutive 32-bit words: 16 columns loaded, transposed in registers. */
 AMX_TARGET static void pack_b(int trans_b, const uint16_t *b, int64_t ldb, int64_t p0, int64_t j0, int kc, int nc,
                               uint16_t *bp) {
     int nch = (kc + TK - 1) / TK, ng = (nc + 15) / 16;
@@ -76,28 +115,22 @@ AMX_TARGET static void pack_b(int trans_b, const uint16_t *b, int64_t ldb, int64
         int nw = nc - g * 16 < 16 ? nc - g * 16 : 16;
         __mmask16 cm = low_mask(nw);
         for (int ch = 0; ch < nch; ch++) {
-            uint32_t *dst = (uint32_t *)(bp + ((int64_t)g * nch + ch) * 16 * TK);
-            for (int r = 0; r < 16; r++) {
-                int64_t q = ch * TK + 2 * r; /* k within the block */
-                uint32_t *d = dst + r * 16;
-                if (!trans_b) {
-                    __m512i lo = q < kc ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(cm, b + (p0 + q) * ldb + j0 + g * 16))
-                                        : _mm512_setzero_si512();
-                    __m512i hi = q + 1 < kc
-                                     ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(cm, b + (p0 + q + 1) * ldb + j0 + g * 16))
-                                     : _mm512_setzero_si512();
-                    _mm512_store_si512(d, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
-                } else {
-                    for (int c = 0; c < 16; c++) {
-                        uint32_t lo = 0, hi = 0;
-                        if (c < nw) {
-                            const uint16_t *s = b + (j0 + g * 16 + c) * ldb + p0 + q;
-                            if (q < kc) lo = s[0];
-                            if (q + 1 < kc) hi = s[1];
-                        }
-                        d[c] = lo | hi << 16;
-                    }
-                }
+            uint16_t *dst = bp + ((int64_t)g * nch + ch) * 16 * TK;
+            int kw = kc - ch * TK < TK ? kc - ch * TK : TK;
+            if (trans_b) {
+                __mmask32 km = kw >= 32 ? 0xffffffffu : (__mmask32)((1u << kw) - 1u);
+                __m512i r[16];
+                for (int c = 0; c < 16; c++)
+                    r[c] = c < nw ? _mm512_maskz_loadu_epi16(km, b + (j0 + g * 16 + c) * ldb + p0 + ch * TK)
+                                  : _mm512_setzero_si512();
+                transpose16(r);
+                for (int q = 0; q < 16; q++) _mm512_store_si512(dst + q * TK, r[q]);
+                continue;
+            }
+            for (int q = 0; q < 16; q++) {
+                int k0 = 2 * q;
+                const uint16_t *s = b + (p0 + ch * TK + k0) * ldb + j0 + g * 16;
+                _mm512_store_si512(dst + q * TK, pair_rows(k0 < kw ? s : NULL, k0 + 1 < kw ? s + ldb : NULL, cm));
             }
         }
     }
