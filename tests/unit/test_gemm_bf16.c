@@ -320,6 +320,76 @@ static void test_bf16_gemm_thread_invariant(void **state) {
     }
 }
 
+/* The op's bias/GELU epilogue with bf16 inputs: the AMX kernel folds it into its row blocks when
+ * each thread's share is whole rows of a C at most 512 wide (gemm_bf16_amx.c), else the op runs it
+ * as a pass after the GEMM. Either way the bits must be the plain kernel's followed by the epilogue
+ * pass (mr_cpu_gemm_epilogue_rows), the same for 1, 2 and 4 threads, and the f64 reference's to
+ * bf16 GEMM tolerances. Shapes: the GPT's linear layers with fewer rows (folded), a C wider than
+ * 512 (not folded), a batched A over a shared B (the batch folded into rows). */
+static void test_bf16_gemm_epilogue(void **state) {
+    (void)state;
+    const int64_t shapes[][4] = {{1, 300, 128, 128}, {1, 200, 384, 128}, {1, 130, 512, 512}, {1, 64, 600, 96},
+                                 {3, 70, 96, 64}};
+    for (int s = 0; s < 5; s++)
+        for (int variant = 0; variant < 3; variant++) {
+            /* 0: bias, 1: bias + GELU, 2: bias + GELU + pre */
+            int64_t bt = shapes[s][0], m = shapes[s][1], n = shapes[s][2], k = shapes[s][3], rows = bt * m;
+            int gelu = variant > 0, keep_pre = variant == 2;
+            mr_op_args a, r;
+            mr_op_args_init(&a, MR_OP_GEMM);
+            a.p.gemm = (mr_gemm_params){0, 1, 1.0, 0.0, gelu ? MR_GEMM_EPI_GELU : MR_GEMM_EPI_NONE, 0};
+            r = a;
+            mr_shape sa = mat(bt, m, k, bt > 1), sb = mr_shape_2d(n, k), sc = mat(bt, m, n, bt > 1);
+            a.in[0] = th_view(MR_BF16, sa);
+            a.in[1] = th_view(MR_BF16, sb);
+            a.in[2] = th_view(MR_F32, mr_shape_1d(n));
+            a.out[0] = th_view(MR_F32, sc);
+            r.in[0] = th_view(MR_F64, sa);
+            r.in[1] = th_view(MR_F64, sb);
+            r.in[2] = th_view(MR_F64, mr_shape_1d(n));
+            r.out[0] = th_view(MR_F64, sc);
+            if (keep_pre) {
+                a.out[1] = th_view(MR_F32, sc);
+                r.out[1] = th_view(MR_F64, sc);
+            }
+            fill_half(MR_BF16, a.in[0].data, r.in[0].data, rows * k, 510 + (uint64_t)s);
+            fill_half(MR_BF16, a.in[1].data, r.in[1].data, n * k, 520 + (uint64_t)s);
+            th_fill_uniform_f32(a.in[2].data, n, -1.0f, 1.0f, 530 + (uint64_t)s);
+            th_f32_to_f64(a.in[2].data, r.in[2].data, n);
+            MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &a));
+            MR_ASSERT_OK(mr_op_run_ref(&r));
+            /* the plain kernel, then the epilogue pass over all rows */
+            float *c = th_alloc(sizeof(float) * (size_t)(rows * n)), *pre = th_alloc(sizeof(float) * (size_t)(rows * n));
+            MR_ASSERT_OK(mr_cpu_gemm_bf16(0, 1, rows, n, k, 1.0f, a.in[0].data, k, a.in[1].data, k, 0.0f, c, n));
+            mr_cpu_gemm_epilogue_rows(c, keep_pre ? pre : NULL, a.in[2].data, gelu, 0, rows, n);
+            char what[160];
+            snprintf(what, sizeof what, "bf16 gemm epilogue b%lld m%lld n%lld k%lld gelu%d pre%d", (long long)bt,
+                     (long long)m, (long long)n, (long long)k, gelu, keep_pre);
+            if (memcmp(c, a.out[0].data, sizeof(float) * (size_t)(rows * n)))
+                fail_msg("%s: C differs from the plain kernel followed by the epilogue pass", what);
+            if (keep_pre && memcmp(pre, a.out[1].data, sizeof(float) * (size_t)(rows * n)))
+                fail_msg("%s: pre differs from the plain kernel followed by the epilogue pass", what);
+            assert_true(th_compare(what, a.out[0].data, MR_F32, r.out[0].data, rows * n, atol_for(k),
+                                   TOL_BF16_GEMM_RTOL, TOL_BF16_GEMM_NMSE));
+            if (keep_pre)
+                assert_true(th_compare(what, a.out[1].data, MR_F32, r.out[1].data, rows * n, atol_for(k),
+                                       TOL_BF16_GEMM_RTOL, TOL_BF16_GEMM_NMSE));
+            th_check_thread_invariant(&a);
+            /* 4 threads too */
+            float *c4 = th_alloc(sizeof(float) * (size_t)(rows * n));
+            int saved = mr_cpu_threads();
+            mr_cpu_set_threads(4);
+            mr_op_args a4 = a;
+            a4.out[0].data = c4;
+            if (keep_pre) a4.out[1].data = pre;
+            MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &a4));
+            mr_cpu_set_threads(saved);
+            if (memcmp(c4, a.out[0].data, sizeof(float) * (size_t)(rows * n)))
+                fail_msg("%s: 4 threads give other bits than %d", what, saved);
+            th_free_all();
+        }
+}
+
 static void expect_invalid(mr_op_args *a, const char *needle) {
     assert_int_equal(mr_op_run(MR_DEVICE_CPU, a), MR_ERR_INVALID);
     assert_non_null(strstr(mr_last_error(), "gemm"));
@@ -377,7 +447,7 @@ int main(void) {
         cmocka_unit_test(test_bf16_gemm_thread_invariant), cmocka_unit_test(test_bf16_gemm_errors),
         cmocka_unit_test(test_bf16_gemm_amx),             cmocka_unit_test(test_bf16_gemm_vdpbf16ps),
         cmocka_unit_test(test_bf16_gemm_kernels_thread_invariant),
-        cmocka_unit_test(test_bf16_gemm_kernels_transpose_exact),
+        cmocka_unit_test(test_bf16_gemm_kernels_transpose_exact), cmocka_unit_test(test_bf16_gemm_epilogue),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
