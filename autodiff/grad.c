@@ -33,6 +33,8 @@ typedef struct grad_ctx {
     int32_t *grad;   /* per value id: accumulated gradient value id, 0 for none yet */
     piece *pieces;
     int32_t npieces, cappieces;
+    int32_t loss;   /* the loss's value id */
+    int32_t nnodes; /* nodes that existed before the call (the forward's) */
 } grad_ctx;
 
 static int is_active(const grad_ctx *c, int32_t v) { return v > 0 && v < c->nv && c->active[v]; }
@@ -285,10 +287,31 @@ static void rule_embedding(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
  * (p.conv.bf16: a bf16 w; autodiff/graph.c) carries over in the params: the kernels round dy to
  * bf16 as they read it, and the gradients come out in f32, the type of the f32 master weight
  * behind w's cast (as for the GEMM, rule_gemm). */
+/* 1 when every gradient of value y comes masked by a ReLU already: y is not the loss, no view
+ * reads it, and every forward node that reads it is a MAXPOOL2D with p.pool.relu (its argmax
+ * drops the windows whose max is not > 0, core/ops.h MR_OP_MAXPOOL2D). */
+static int relu_done_by_pools(const grad_ctx *c, int32_t y) {
+    const mr_graph *g = c->g;
+    if (y == c->loss) return 0;
+    for (int32_t v = 1; v < c->nv; v++)
+        if (g->vals[v].kind == MR_VAL_VIEW && g->vals[v].base == y) return 0;
+    int pools = 0;
+    for (int32_t i = 0; i < c->nnodes; i++) {
+        const mr_gnode *nd = &g->nodes[i];
+        for (int k = 0; k < nd->n_in; k++) {
+            if (nd->in[k] != y) continue;
+            if (nd->op != MR_OP_MAXPOOL2D || !nd->p.pool.relu) return 0;
+            pools++;
+        }
+    }
+    return pools > 0;
+}
+
 static void rule_conv2d(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
     int32_t x = nd->in[0], w = nd->in[1], bias = nd->in[2];
     int dt = nd->p.conv.bf16 ? (int)MR_F32 : -1;
-    if (nd->p.conv.relu && (is_active(c, x) || is_active(c, w) || is_active(c, bias))) {
+    if (nd->p.conv.relu && (is_active(c, x) || is_active(c, w) || is_active(c, bias)) &&
+        !relu_done_by_pools(c, nd->out[0])) {
         /* fused ReLU: dy through RELU_BWD with y as its x (y > 0 exactly where the pre-activation is) */
         mr_val y = V(nd->out[0]), in[3] = {y, y, dy};
         mr_op_params rp;
@@ -545,7 +568,7 @@ mr_status mr_graph_grad(mr_graph *g, mr_val loss, const mr_val *params, int n, m
             return mr_graph_fail(g, MR_ERR_INVALID, "mr_graph_grad: params[%d] (value %d) is not a value of this graph",
                                  i, (int)params[i].id);
 
-    grad_ctx c = {g, g->nvals, NULL, NULL, NULL, 0, 0};
+    grad_ctx c = {g, g->nvals, NULL, NULL, NULL, 0, 0, loss.id, g->nnodes};
     uint8_t *needs = calloc((size_t)c.nv, 1);
     c.active = calloc((size_t)c.nv, 1);
     c.grad = calloc((size_t)c.nv, sizeof *c.grad);

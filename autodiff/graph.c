@@ -501,7 +501,7 @@ static int pool_geometry(mr_graph *g, mr_val x, const char *op, int kernel, int 
     *sy = mr_shape_4d(sx.dim[0], sx.dim[1], (sx.dim[2] + 2 * pad - kernel) / stride + 1,
                       (sx.dim[3] + 2 * pad - kernel) / stride + 1);
     memset(p, 0, sizeof *p);
-    p->pool = (mr_pool_params){kernel, kernel, stride, stride, pad, pad};
+    p->pool = (mr_pool_params){kernel, kernel, stride, stride, pad, pad, 0};
     return 1;
 }
 
@@ -509,6 +509,13 @@ mr_val mr_graph_maxpool2d(mr_graph *g, mr_val x, int kernel, int stride, int pad
     mr_shape sy;
     mr_op_params p;
     if (!pool_geometry(g, x, "maxpool2d", kernel, stride, pad, &sy, &p)) return MR_VAL_NONE;
+    /* x the output of a convolution with a fused ReLU: the pool's argmax carries the ReLU's
+     * gradient too (p.pool.relu, core/ops.h MR_OP_MAXPOOL2D), and the conv's rule leaves RELU_BWD
+     * out when such pools are all that read x (autodiff/grad.c rule_conv2d) */
+    const mr_gval *xv = &g->vals[x.id];
+    if (xv->kind == MR_VAL_NODE && xv->slot == 0 && g->nodes[xv->node].op == MR_OP_CONV2D &&
+        g->nodes[xv->node].p.conv.relu)
+        p.pool.relu = 1;
     int d[2] = {(int)g->vals[x.id].dtype, (int)MR_I32}; /* y and the argmax */
     mr_shape os[2] = {sy, sy};
     mr_val out[2];

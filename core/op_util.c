@@ -2,6 +2,7 @@
 #include "core/ops_impl.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 
 mr_status mr_op_error_at(const mr_op_args *a, const char *file, int line, const char *fmt, ...) {
     const mr_op_info *info = mr_op_get(a->op);
@@ -88,4 +89,17 @@ mr_status mr_op_check_all_float(const mr_op_args *a, mr_dtype dt) {
                                    mr_dtype_name(v->dtype), mr_dtype_name(dt));
         }
     return MR_OK;
+}
+
+/* ---- how attention ran on CUDA devices (core/ops.h mr_attention_paths) ---- */
+
+static _Atomic int64_t g_attn_paths[4]; /* cudnn fwd, cudnn bwd, kernel fwd, kernel bwd */
+
+void mr_attention_path_note(int cudnn, int bwd) { atomic_fetch_add(&g_attn_paths[(cudnn ? 0 : 2) + (bwd ? 1 : 0)], 1); }
+
+void mr_attention_paths_get(mr_attention_paths *out) {
+    out->cudnn_fwd = atomic_load(&g_attn_paths[0]);
+    out->cudnn_bwd = atomic_load(&g_attn_paths[1]);
+    out->kernel_fwd = atomic_load(&g_attn_paths[2]);
+    out->kernel_bwd = atomic_load(&g_attn_paths[3]);
 }

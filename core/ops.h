@@ -109,7 +109,12 @@ typedef enum mr_op_id {
     /* in: x, dy; out: dw (O,C,KH,KW), dbias (O) optional. */
     MR_OP_CONV2D_BWD_FILTER,
     /* Max pooling, NCHW; padding counts as -inf. in: x; out: y (N,C,OH,OW), argmax (N,C,OH,OW)
-     * i32 (flat index into the H*W plane, -1 when a window saw only padding). */
+     * i32 (flat index into the H*W plane, -1 when a window saw only padding).
+     * p.pool.relu (CPU only): argmax is also -1 where the window's max is not > 0 (0, NaN), so
+     * MAXPOOL2D_BWD's dx is the gradient through a ReLU before the pool as well: for x a ReLU's
+     * output y (>= 0), dx = relu_bwd(y, maxpool_bwd(dy)) bit for bit, since the mask y > 0 at a
+     * window's argmax is the window's max > 0 (the graph sets it after a CONV2D with p.conv.relu,
+     * autodiff/graph.c mr_graph_maxpool2d, and the conv's rule then skips RELU_BWD, grad.c). */
     MR_OP_MAXPOOL2D,
     /* in: argmax, dy; out: dx (shape from out[0].shape). */
     MR_OP_MAXPOOL2D_BWD,
@@ -162,6 +167,14 @@ typedef enum mr_op_id {
     MR_OP_COUNT
 } mr_op_id;
 
+/* How MR_OP_ATTENTION / MR_OP_ATTENTION_BWD ran on CUDA devices in this process: calls through
+ * cuDNN's fused flash attention (bf16/f16 shapes cuDNN has an engine for; MIRROR_CUDNN_SDPA=0
+ * turns it off) and calls through mirror's own kernels (docs/DESIGN.md "cuDNN attention"). */
+typedef struct mr_attention_paths {
+    int64_t cudnn_fwd, cudnn_bwd, kernel_fwd, kernel_bwd;
+} mr_attention_paths;
+void mr_attention_paths_get(mr_attention_paths *out);
+
 /* GEMM epilogues (p.gemm.epilogue): what is applied to alpha*op(A)op(B) + beta*C + bias. */
 enum { MR_GEMM_EPI_NONE = 0, MR_GEMM_EPI_GELU = 1 };
 
@@ -184,6 +197,7 @@ typedef struct mr_conv_params {
 
 typedef struct mr_pool_params {
     int kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
+    int relu; /* MAXPOOL2D on the CPU: argmax -1 where the max is not > 0 (a fused ReLU gradient) */
 } mr_pool_params;
 
 typedef struct mr_dropout_params {

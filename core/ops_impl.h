@@ -73,6 +73,14 @@ size_t mr_embedding_bwd_workspace(const mr_op_args *a);
 size_t mr_attention_fwd_workspace(const mr_op_args *a);
 size_t mr_attention_bwd_workspace(const mr_op_args *a);
 
+/* How attention ran on CUDA devices (mr_attention_paths_get, core/ops.h): attention.cu notes
+ * each call, cudnn 1 for cuDNN's flash attention (core/cuda/attention_cudnn.cu), 0 for mirror's
+ * kernels. Thread-safe. */
+void mr_attention_path_note(int cudnn, int bwd);
+/* Runs the args through cuDNN's flash attention when it applies (core/cuda/attention_cudnn.cu):
+ * returns 1 when it ran (or failed: *st says), 0 when mirror's kernels must run them. */
+int mr_attention_cudnn(const mr_op_args *a, int bwd, mr_status *st);
+
 /* ---- helpers shared by the kernels (core/op_util.c) ---- */
 
 /* MR_ERR_INVALID "<op>: <what> ..." with the op name prefixed. */

@@ -495,4 +495,9 @@ mr_status mr_comm_nccl_record_event(mr_comm *c, mr_event *e) {
     (void)c, (void)e;
     return mr_set_error(MR_ERR_UNSUPPORTED, "mr_comm_nccl_record_event: %s", MR_NO_NCCL);
 }
+
+mr_status mr_comm_nccl_host_wait(mr_comm *c, mr_event *e, const char *what) {
+    (void)c, (void)e, (void)what;
+    return mr_set_error(MR_ERR_UNSUPPORTED, "mr_comm_nccl_host_wait: %s", MR_NO_NCCL);
+}
 #endif

@@ -153,13 +153,23 @@ mr_status mr_comm_nccl_group_end(mr_comm *const *comms, int n) MR_WUR;
  *   mr_comm_nccl_record_event  records e on the communicator's stream after everything enqueued
  *                              so far, and checks NCCL's error state without waiting.
  * Outside a group only, one thread per communicator (n_local 1). The deadline covers enqueuing,
- * not completion: a peer that never joins blocks the stream that waits for the record (its next
- * host synchronisation), not this call. Errors: MR_ERR_INVALID (not an nccl communicator, an event
+ * not completion: a peer that never joins blocks the stream that waits for the record, not this
+ * call; the host waits for such a stream with mr_comm_nccl_host_wait, which has the deadline.
+ *   mr_comm_nccl_host_wait     the host waits for e (recorded by the caller on a stream of the
+ *                              communicator's GPU, which may wait for its collectives) with the
+ *                              communicator's deadline (timeout_s from the call: the work before
+ *                              e is at most the few steps CUDA's launch queue holds), polling
+ *                              cudaEventQuery and NCCL's error state. On expiry or an NCCL error
+ *                              this process's communicators are aborted (the kernels waiting for a
+ *                              peer stop, so the stream drains) and it returns MR_ERR_COMM naming
+ *                              `what` (e.g. "step 40's results").
+ * Errors: MR_ERR_INVALID (not an nccl communicator, an event
  * of another GPU), MR_ERR_COMM (as the collectives), MR_ERR_DEVICE (the CUDA runtime),
  * MR_ERR_UNSUPPORTED (built without NCCL). */
 mr_status mr_comm_nccl_wait_event(mr_comm *c, mr_event *e) MR_WUR;
 mr_status mr_comm_nccl_allreduce_async(mr_comm *c, void *buf, int64_t n, mr_dtype dt, mr_reduce_op op) MR_WUR;
 mr_status mr_comm_nccl_record_event(mr_comm *c, mr_event *e) MR_WUR;
+mr_status mr_comm_nccl_host_wait(mr_comm *c, mr_event *e, const char *what) MR_WUR;
 
 /* Non-zero when this process was started by a launcher with more than one rank (mpirun/mpiexec
  * of Open MPI, MPICH or MVAPICH, or srun), read from the launcher's environment variables

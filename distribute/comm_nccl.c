@@ -158,9 +158,10 @@ static void family_close(nccl_family *f) {
 }
 
 /* Polls the n communicators until each is past ncclInProgress and (streams) its stream has
- * drained, an error shows, or timeout_s passes. On failure returns MR_ERR_COMM with the reason
- * (the caller adds which collective) and *bad = the index of the communicator concerned. */
-static mr_status wait_done(mr_comm *const *cs, int n, double timeout_s, int streams, int *bad) {
+ * drained (with ev: until the event ev has completed; n is 1 then), an error shows, or timeout_s
+ * passes. On failure returns MR_ERR_COMM with the reason (the caller adds which collective) and
+ * *bad = the index of the communicator concerned. */
+static mr_status wait_done_ev(mr_comm *const *cs, int n, double timeout_s, int streams, cudaEvent_t ev, int *bad) {
     for (int i = 0; i < n; i++) ((nccl_ctx *)cs[i]->ctx)->stage = 0;
     double t0 = mr_comm_now();
     for (long polls = 0;; polls++) {
@@ -180,7 +181,7 @@ static mr_status wait_done(mr_comm *const *cs, int n, double timeout_s, int stre
                 if (q != ncclSuccess) r = q;
                 if (r == ncclSuccess && x->stage == 0) x->stage = streams ? 1 : 2;
                 if (r == ncclSuccess && x->stage == 1) {
-                    ce = cudaStreamQuery(x->stream);
+                    ce = ev ? cudaEventQuery(ev) : cudaStreamQuery(x->stream);
                     if (ce == cudaSuccess) x->stage = 2;
                     if (ce == cudaErrorNotReady) ce = cudaSuccess;
                 }
@@ -199,8 +200,9 @@ static mr_status wait_done(mr_comm *const *cs, int n, double timeout_s, int stre
             if (ce != cudaSuccess) {
                 *bad = i;
                 (void)cudaGetLastError();
-                return mr_set_error(MR_ERR_COMM, "cudaStreamQuery on cuda:%d failed: %s (%s)", x->device,
-                                    cudaGetErrorString(ce), cudaGetErrorName(ce));
+                return mr_set_error(MR_ERR_COMM, "%s on cuda:%d failed: %s (%s)",
+                                    ev ? "cudaEventQuery" : "cudaStreamQuery", x->device, cudaGetErrorString(ce),
+                                    cudaGetErrorName(ce));
             }
             if (x->stage != 2 && first_pending < 0) first_pending = i;
         }
@@ -221,6 +223,10 @@ static mr_status wait_done(mr_comm *const *cs, int n, double timeout_s, int stre
             nanosleep(&ts, NULL);
         }
     }
+}
+
+static mr_status wait_done(mr_comm *const *cs, int n, double timeout_s, int streams, int *bad) {
+    return wait_done_ev(cs, n, timeout_s, streams, NULL, bad);
 }
 
 /* Re-sets the last error as "<what> on rank R: <message>"; returns st. */
@@ -543,6 +549,24 @@ fail:
 
 mr_status mr_comm_nccl_wait_event(mr_comm *c, mr_event *e) { return stream_event(c, e, 0); }
 mr_status mr_comm_nccl_record_event(mr_comm *c, mr_event *e) { return stream_event(c, e, 1); }
+
+mr_status mr_comm_nccl_host_wait(mr_comm *c, mr_event *e, const char *what) {
+    mr_status st = MR_OK;
+    MR_CHECK(c && c->backend == MR_COMM_NCCL, MR_ERR_INVALID, "mr_comm_nccl_host_wait: not an nccl communicator");
+    nccl_ctx *x = c->ctx;
+    MR_CHECK(e && e->device == x->device, MR_ERR_INVALID, "mr_comm_nccl_host_wait: the event is not one of cuda:%d",
+             x->device);
+    MR_CHECK(!x->grouped, MR_ERR_INVALID, "mr_comm_nccl_host_wait: rank %d is in an open group", c->rank);
+    int bad = 0;
+    if (wait_done_ev(&c, 1, c->timeout_s, 1, e->e, &bad) == MR_OK) return MR_OK;
+    char inner[800];
+    snprintf(inner, sizeof inner, "%s", mr_comm_strip_loc(mr_last_error()));
+    st = mr_set_error(MR_ERR_COMM, "waiting for %s on rank %d: %s", what ? what : "the GPU", c->rank, inner);
+    /* the kernels waiting for a peer stop only when the communicators are aborted */
+    family_fail(x->fam, mr_comm_strip_loc(mr_last_error()), 1);
+fail:
+    return st;
+}
 
 /* ---- groups ------------------------------------------------------------------------------------ */
 

@@ -144,6 +144,12 @@ typedef struct mr_train_cfg {
     /* Tests: 1 all-reduces the whole gradient buffer after the backward, as with accumulation,
      * instead of in buckets behind it (the reference the overlapped exchange must equal). */
     int no_grad_overlap;
+    /* Tests: replica stall_replica, at 1-based step stall_at (0: never), sleeps stall_s seconds
+     * right after the step's host agreement, before it enqueues the rest of the step (the loss's
+     * all-reduce on GPUs): a replica that hangs where its peers already wait on the device. */
+    int64_t stall_at;
+    int stall_replica;
+    double stall_s;
 } mr_train_cfg;
 
 /* What on_step sees on replica 0 (borrowed for the call): the registry (parameters by name), the optimizer

@@ -96,8 +96,10 @@ mr_status tr_dev_init(trainer *t, int with_optim) {
     MR_TRY(dev_alloc(dv, pb, (void **)&dv->d_grads));
     if (c->accumulate > 1) MR_TRY(dev_alloc(dv, pb, (void **)&dv->d_acc));
     MR_TRY(dev_alloc(dv, sizeof *dv->d_ctl, (void **)&dv->d_ctl));
-    dv->h_ctl = calloc(1, sizeof *dv->h_ctl);
-    MR_CHECK(dv->h_ctl, MR_ERR_NOMEM, "trainer: out of host memory");
+    /* pinned: a copy to or from pageable memory waits for the stream's earlier work inside the copy
+     * call, outside tr_dev_sync's deadline (a peer that never joins a collective would hang it) */
+    MR_TRY(host_alloc(dv, sizeof *dv->h_ctl, (void **)&dv->h_ctl));
+    memset(dv->h_ctl, 0, sizeof *dv->h_ctl);
     MR_TRY(dev_alloc(dv, MR_VEC_SCRATCH * sizeof(double), (void **)&dv->d_scratch));
     /* the backward reads the loss scale the device's scaler keeps (tr_step_ctl_push sets it first) */
     MR_TRY(mr_steps_set_device(t->steps, dv->dev, dv->stream, dv->d_params, dv->d_grads, &dv->d_ctl->scale_f32));
@@ -153,11 +155,12 @@ void tr_dev_free(trainer *t) {
     dv->be->free(dv->dev.index, dv->d_params);
     dv->be->free(dv->dev.index, dv->d_grads);
     dv->be->free(dv->dev.index, dv->d_ctl);
-    free(dv->h_ctl);
+    host_free(dv, dv->h_ctl);
     dv->be->free(dv->dev.index, dv->d_bufs);
     dv->be->free(dv->dev.index, dv->d_scratch);
     for (int k = 0; k < 2; k++)
         if (dv->ev_ctl[k]) dv->be->event_free(dv->ev_ctl[k]);
+    if (dv->ev_wait) dv->be->event_free(dv->ev_wait);
     if (dv->copy_stream) dv->be->stream_free(dv->copy_stream);
     if (dv->stream) dv->be->stream_free(dv->stream);
     memset(dv, 0, sizeof *dv);
@@ -194,6 +197,17 @@ static mr_status copy_optim(trainer *t, int push) {
     return MR_OK;
 }
 
+mr_status tr_dev_sync(tr_device *dv, const char *what) {
+    mr_status st = MR_OK;
+    if (!dv->gcomm || !dv->own_gcomm || mr_comm_backend_of(dv->gcomm) != MR_COMM_NCCL)
+        return dv->be->stream_sync(dv->stream);
+    if (!dv->ev_wait) MR_TRY(dv->be->event_new(dv->dev.index, &dv->ev_wait));
+    MR_TRY(dv->be->event_record(dv->ev_wait, dv->stream));
+    MR_TRY(mr_comm_nccl_host_wait(dv->gcomm, dv->ev_wait, what));
+fail:
+    return st;
+}
+
 mr_status tr_dev_bufs(trainer *t, int push) {
     tr_device *dv = &t->dv;
     if (!dv->on || dv->n_bufs == 0) return MR_OK;
@@ -201,7 +215,7 @@ mr_status tr_dev_bufs(trainer *t, int push) {
     const size_t bytes = (size_t)dv->n_bufs * sizeof(float);
     mr_status st = push ? dv->be->copy(dv->dev.index, dv->d_bufs, h, bytes, to_dev(dv), dv->stream)
                         : dv->be->copy(dv->dev.index, h, dv->d_bufs, bytes, to_host(dv), dv->stream);
-    if (st == MR_OK) st = dv->be->stream_sync(dv->stream); /* the host side is free or complete on return */
+    if (st == MR_OK) st = tr_dev_sync(dv, "the model's buffers"); /* the host side is free or complete on return */
     return st;
 }
 
@@ -215,7 +229,7 @@ mr_status tr_dev_push(trainer *t) {
     MR_TRY(tr_dev_bufs(t, 1));
     MR_TRY(tr_step_ctl_push(t)); /* the scaler and the step count loaded */
     /* the host buffers may change as soon as we return */
-    MR_TRY(dv->be->stream_sync(dv->stream));
+    MR_TRY(tr_dev_sync(dv, "the parameters' upload"));
 fail:
     return st;
 }
@@ -230,7 +244,7 @@ mr_status tr_dev_pull(trainer *t) {
                         to_host(dv), dv->stream));
     MR_TRY(copy_optim(t, 0));
     MR_TRY(tr_dev_bufs(t, 0));
-    MR_TRY(dv->be->stream_sync(dv->stream));
+    MR_TRY(tr_dev_sync(dv, "the parameters' download"));
 fail:
     return st;
 }
@@ -382,7 +396,7 @@ mr_status tr_dev_read(tr_device *dv, mr_step *s, mr_val v, size_t bytes, const v
         dv->h_read_bytes = bytes;
     }
     MR_TRY(dv->be->copy(dv->dev.index, dv->h_read, src, bytes, to_host(dv), dv->stream));
-    MR_TRY(dv->be->stream_sync(dv->stream));
+    MR_TRY(tr_dev_sync(dv, "a result read back"));
     *out = dv->h_read;
 fail:
     return st;

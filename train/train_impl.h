@@ -65,6 +65,7 @@ typedef struct tr_device {
     mr_optim *opt;          /* the optimizer whose state is on dev */
     mr_comm *gcomm;         /* gradient all-reduce: NCCL on a GPU; the host communicator on the CPU */
     int own_gcomm;          /* gcomm was created here (NCCL) */
+    mr_event *ev_wait;      /* tr_dev_sync's point on the stream (NCCL only; made on first use) */
     tr_dev_inputs in[TR_DEV_MAX_STEPS];
     int n_in;
     void *h_read;           /* host buffer for values read back (logits) */
@@ -174,6 +175,11 @@ mr_status tr_dev_push(trainer *t) MR_WUR;
 mr_status tr_dev_pull(trainer *t) MR_WUR;
 /* The buffers alone: host shadow -> device (push) or back. */
 mr_status tr_dev_bufs(trainer *t, int push) MR_WUR;
+/* The host waits for everything enqueued on dv->stream. With GPU replicas (NCCL) the stream may
+ * wait for a collective a peer never joins (one that died or hangs after the step's host
+ * agreement): the wait then has the communicator's deadline (mr_comm_nccl_host_wait, which aborts
+ * the communicators on expiry), so the run fails naming `what` instead of hanging. */
+mr_status tr_dev_sync(tr_device *dv, const char *what) MR_WUR;
 /* Binds a batch to step s: the host pointers on the host path; copies into s's device buffers
  * (pinned staging, asynchronous on the stream) on the device path. */
 mr_status tr_dev_feed(tr_device *dv, mr_step *s, const void *x, const void *y) MR_WUR;

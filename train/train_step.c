@@ -138,7 +138,7 @@ static mr_status grads_report(trainer *t, char *buf, size_t cap) {
     if (np == 0) return MR_OK;
     const mr_copy_kind d2h = t->gdev.kind == MR_DEVICE_CPU ? MR_COPY_H2H : MR_COPY_D2H;
     MR_TRY(t->gbe->copy(t->gdev.index, t->h_flag, t->d_bad, sizeof *t->h_flag * (size_t)np, d2h, t->stream));
-    MR_TRY(t->gbe->stream_sync(t->stream));
+    MR_TRY(tr_dev_sync(&t->dv, "the gradients' finite flags"));
     MR_TRY(t->gbe->memset_zero(t->gdev.index, t->d_bad, sizeof *t->d_bad * (size_t)np, t->stream));
     for (int32_t i = 0; i < np; i++) t->h_count[i] = t->h_flag[i] != 0;
     MR_TRY(mr_ddp_sum_counts(t->ddp, t->h_count, np)); /* the shards' flags (ZeRO-1) */
@@ -364,6 +364,10 @@ mr_status tr_step_exchange(trainer *t, float *g, double *loss, int *stop, mr_ddp
     const int64_t s0 = mr_trace_begin(t->trace.train);
     MR_TRY(mr_ddp_finish(t->ddp, g, agree, t->comm ? 2 : 0, part));
     mr_trace_end(t->trace.train, s0, "exchange");
+    if (t->c.stall_at == t->step + 1 && t->rank == t->c.stall_replica && t->c.stall_s > 0) { /* the test hook */
+        const struct timespec ts = {(time_t)t->c.stall_s, (long)((t->c.stall_s - (double)(time_t)t->c.stall_s) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
     if (t->comm) {
         *loss = agree[0] / (double)t->world;
         *stop = agree[1] > 0;
@@ -451,7 +455,7 @@ mr_status tr_step_ctl_push(trainer *t) {
     h->unscale = h->clip = 1.0f;
     const mr_copy_kind h2d = dv->dev.kind == MR_DEVICE_CPU ? MR_COPY_H2H : MR_COPY_H2D;
     MR_TRY(dv->be->copy(dv->dev.index, dv->d_ctl, h, sizeof *h, h2d, dv->stream));
-    MR_TRY(dv->be->stream_sync(dv->stream)); /* h is read again by the next tr_step_sync */
+    MR_TRY(tr_dev_sync(dv, "the step control's upload")); /* h is read again by the next tr_step_sync */
     dv->ctl_push = 0;
 fail:
     return st;
@@ -464,7 +468,9 @@ mr_status tr_step_sync(trainer *t) {
     mr_step_ctl *h = dv->h_ctl;
     const mr_copy_kind d2h = dv->dev.kind == MR_DEVICE_CPU ? MR_COPY_H2H : MR_COPY_D2H;
     MR_TRY(dv->be->copy(dv->dev.index, h, dv->d_ctl, sizeof *h, d2h, dv->stream));
-    MR_TRY(dv->be->stream_sync(dv->stream));
+    char what[64];
+    snprintf(what, sizeof what, "step %lld's results", (long long)t->step);
+    MR_TRY(tr_dev_sync(dv, what));
     dv->ctl_read = 0;
     dv->ctl_push = 1; /* the events read are cleared, and the host may change the sums */
     const int kept = h->n_events < MR_CTL_EVENTS ? h->n_events : MR_CTL_EVENTS;

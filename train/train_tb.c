@@ -68,7 +68,7 @@ static mr_status histograms(trainer *t, mr_tb *tb, int64_t step) {
         if (t->dv.on) { /* the gradient is in the device's memory */
             MR_TRY(t->gbe->copy(t->gdev.index, t->tb_grad, gi, (size_t)k * sizeof *t->tb_grad,
                                 t->gdev.kind == MR_DEVICE_CPU ? MR_COPY_H2H : MR_COPY_D2H, t->stream));
-            MR_TRY(t->gbe->stream_sync(t->stream));
+            MR_TRY(tr_dev_sync(&t->dv, "a gradient histogram's values"));
             gi = t->tb_grad;
         }
         snprintf(tag, sizeof tag, "grads/%s", name);

@@ -27,7 +27,7 @@
  * NaN wins over numbers and the first NaN stays. One output row at a time; the AVX-512 copy
  * takes 16 windows per step (even/odd columns split with permutes, the rule as mask selects). */
 static void pool22_plane_def(const float *restrict xp, float *restrict yp, int32_t *restrict ap, int64_t w,
-                             int64_t oh, int64_t ow) {
+                             int64_t oh, int64_t ow, int relu) {
     for (int64_t i = 0; i < oh; i++)
         for (int64_t j = 0; j < ow; j++) {
             const int64_t base = 2 * i * w + 2 * j, ids[4] = {base, base + 1, base + w, base + w + 1};
@@ -41,13 +41,13 @@ static void pool22_plane_def(const float *restrict xp, float *restrict yp, int32
                 }
             }
             yp[i * ow + j] = best;
-            ap[i * ow + j] = (int32_t)arg;
+            ap[i * ow + j] = relu && !(best > 0) ? -1 : (int32_t)arg;
         }
 }
 
 __attribute__((target("avx512f"))) static void pool22_plane_512(const float *restrict xp, float *restrict yp,
                                                                  int32_t *restrict ap, int64_t w, int64_t oh,
-                                                                 int64_t ow) {
+                                                                 int64_t ow, int relu) {
     const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
     const __m512i lane2 = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
@@ -78,6 +78,9 @@ __attribute__((target("avx512f"))) static void pool22_plane_512(const float *res
                 best = _mm512_mask_mov_ps(best, upd, v[t]);
                 arg = _mm512_mask_mov_epi32(arg, upd, id[t]);
             }
+            if (relu) /* -1 where !(best > 0), NaN included */
+                arg = _mm512_mask_mov_epi32(_mm512_set1_epi32(-1),
+                                            _mm512_cmp_ps_mask(best, _mm512_setzero_ps(), _CMP_GT_OQ), arg);
             _mm512_mask_storeu_ps(yp + i * ow + j, m, best);
             _mm512_mask_storeu_epi32(ap + i * ow + j, m, arg);
         }
@@ -97,10 +100,10 @@ mr_status mr_maxpool2d_fwd_cpu(const mr_op_args *a) {
     float *y = a->out[0].data;
     int32_t *am = a->out[1].data;
     if (kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0) {
-        void (*plane)(const float *, float *, int32_t *, int64_t, int64_t, int64_t) =
+        void (*plane)(const float *, float *, int32_t *, int64_t, int64_t, int64_t, int) =
             mr_cpu_caps_get()->avx512f && w <= INT32_MAX / 4 ? pool22_plane_512 : pool22_plane_def;
 #pragma omp parallel for schedule(static) if (planes * oh * ow * 4 > POOL_PAR_MIN)
-        for (int64_t pl = 0; pl < planes; pl++) plane(x + pl * h * w, y + pl * oh * ow, am + pl * oh * ow, w, oh, ow);
+        for (int64_t pl = 0; pl < planes; pl++) plane(x + pl * h * w, y + pl * oh * ow, am + pl * oh * ow, w, oh, ow, p->relu);
         return MR_OK;
     }
 #pragma omp parallel for schedule(static) if (planes * oh * ow * kh * kw > POOL_PAR_MIN)
@@ -126,7 +129,7 @@ mr_status mr_maxpool2d_fwd_cpu(const mr_op_args *a) {
                         }
                     }
                 y[(pl * oh + i) * ow + j] = best;
-                am[(pl * oh + i) * ow + j] = (int32_t)arg;
+                am[(pl * oh + i) * ow + j] = p->relu && !(best > 0) ? -1 : (int32_t)arg;
             }
         }
     }
@@ -135,8 +138,9 @@ mr_status mr_maxpool2d_fwd_cpu(const mr_op_args *a) {
 
 /* The backward of the 2x2/stride 2 case on even-sized planes: every dx element lies in exactly
  * one window, so dx is written in one pass (no zeroing, no scatter): each window's 4 positions
- * get dy where the argmax points and 0 elsewhere. Returns 0, having written nothing reliable,
- * when some argmax is not a position of its own window (then the general path handles it). */
+ * get dy where the argmax points and 0 elsewhere (all 0 for -1). Returns 0, having written nothing
+ * reliable, when some argmax is neither -1 nor a position of its own window (then the general
+ * path handles it). */
 __attribute__((target("avx512f"))) static int pool22_bwd_plane_512(const int32_t *restrict ap, const float *restrict dyp,
                                                                    float *restrict dxp, int64_t w, int64_t oh,
                                                                    int64_t ow) {
@@ -155,7 +159,9 @@ __attribute__((target("avx512f"))) static int pool22_bwd_plane_512(const int32_t
             __mmask16 k1 = _mm512_cmpeq_epi32_mask(am, _mm512_add_epi32(base, _mm512_set1_epi32(1)));
             __mmask16 k2 = _mm512_cmpeq_epi32_mask(am, _mm512_add_epi32(base, _mm512_set1_epi32((int32_t)w)));
             __mmask16 k3 = _mm512_cmpeq_epi32_mask(am, _mm512_add_epi32(base, _mm512_set1_epi32((int32_t)w + 1)));
-            if ((__mmask16)(k0 | k1 | k2 | k3) != m) return 0; /* -1 or a foreign position */
+            /* -1 (padding-only, or p.pool.relu's max <= 0): the window's 4 positions get 0 */
+            __mmask16 none = _mm512_cmpeq_epi32_mask(am, _mm512_set1_epi32(-1));
+            if ((__mmask16)(k0 | k1 | k2 | k3 | none) != m) return 0; /* a foreign position */
             __m512 v0 = _mm512_maskz_mov_ps(k0, g), v1 = _mm512_maskz_mov_ps(k1, g);
             __m512 v2 = _mm512_maskz_mov_ps(k2, g), v3 = _mm512_maskz_mov_ps(k3, g);
             __mmask16 mlo = n >= 8 ? (__mmask16)0xffff : (__mmask16)((1u << (2 * n)) - 1u);

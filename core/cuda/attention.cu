@@ -2,7 +2,9 @@
  * oracle is core/ref/attention_ref.c).
  *
  * These are mirror's own kernels, for every dtype and head size; docs/DESIGN.md "Attention" says
- * where attention runs in the GPT. One warp per query row (forward, dq) or per key row (dk, dv):
+ * where attention runs in the GPT. bf16/f16 calls go to cuDNN's fused flash attention first
+ * (core/cuda/attention_cudnn.cu) and come here when cuDNN has no engine for the shape, or with
+ * MIRROR_CUDNN_SDPA=0. One warp per query row (forward, dq) or per key row (dk, dv):
  *   - forward: the lanes stride over the keys the row sees, keep the scaled scores in shared
  *     memory, reduce the maximum and the sum of exponentials by warp butterflies, then stride over
  *     the head dim for y = sum_j p_j v_j; lse = max + log(sum) is saved.
@@ -243,6 +245,7 @@ extern "C" mr_status mr_attention_fwd_cuda(const mr_op_args *a) {
     mr_status st = MR_OK;
     cudaStream_t s;
     attn_geom g = geom_of(a);
+    if (mr_attention_cudnn(a, 0, &st)) return st; /* bf16/f16 through cuDNN when it has an engine */
     MR_TRY(mr_cuda_op_stream(a, &s));
     switch (a->in[0].dtype) {
     case MR_F32: return fwd<mr_at_f32>(a, s, g);
@@ -260,6 +263,7 @@ extern "C" mr_status mr_attention_bwd_cuda(const mr_op_args *a) {
     mr_status st = MR_OK;
     cudaStream_t s;
     attn_geom g = geom_of(a);
+    if (mr_attention_cudnn(a, 1, &st)) return st; /* bf16/f16 through cuDNN when it has an engine */
     MR_TRY(mr_cuda_op_stream(a, &s));
     switch (a->in[0].dtype) {
     case MR_F32: return bwd<mr_at_f32>(a, s, g);

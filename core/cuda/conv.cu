@@ -39,14 +39,12 @@
 
 #ifdef MIRROR_HAVE_CUDNN
 
-#include <cudnn.h>
+#include "core/cuda/cudnn_impl.h"
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* The status a cuDNN error maps to, and the message: the call, cuDNN's name for the status and
- * its detailed last-error text for this thread. */
-static mr_status dnn_error(cudnnStatus_t e, const char *call, const char *file, int line) {
+mr_status mr_cudnn_error(cudnnStatus_t e, const char *call, const char *file, int line) {
     char detail[256];
     detail[0] = '\0';
     cudnnGetLastErrorString(detail, sizeof detail);
@@ -59,16 +57,6 @@ static mr_status dnn_error(cudnnStatus_t e, const char *call, const char *file, 
     return mr_set_error_at(s, file, line, "%s failed: %s (%d)%s%s", call, cudnnGetErrorString(e), (int)e,
                            detail[0] ? ": " : "", detail);
 }
-
-/* Runs a cuDNN call; on failure stores an mr_status in `st` and jumps to `fail`. */
-#define MR_TRY_CUDNN(call)                                                                      \
-    do {                                                                                        \
-        cudnnStatus_t mr_d_ = (call);                                                           \
-        if (mr_d_ != CUDNN_STATUS_SUCCESS) {                                                    \
-            st = dnn_error(mr_d_, #call, __FILE__, __LINE__);                                   \
-            goto fail;                                                                          \
-        }                                                                                       \
-    } while (0)
 
 /* ---- handles: one per (device, stream) --------------------------------------------------------- */
 
@@ -97,7 +85,7 @@ static mr_status dnn_handle_get(int device, cudaStream_t s, dnn_handle **out) {
             return MR_OK;
         }
     d = (dnn_handle *)calloc(1, sizeof *d);
-    MR_CHECK(d, MR_ERR_NOMEM, "conv2d: out of host memory for a cuDNN handle");
+    MR_CHECK(d, MR_ERR_NOMEM, "cuDNN: out of host memory for a handle");
     MR_TRY_CUDNN(cudnnCreate(&h));
     MR_TRY_CUDNN(cudnnSetStream(h, s));
     d->device = device;
@@ -114,6 +102,15 @@ fail:
     free(d);
     pthread_mutex_unlock(&g_dnn_mu);
     return st;
+}
+
+mr_status mr_cudnn_handle(int device, cudaStream_t s, cudnnHandle_t *h, pthread_mutex_t **mu) {
+    dnn_handle *d = NULL;
+    mr_status st = dnn_handle_get(device, s, &d);
+    if (st != MR_OK) return st;
+    *h = d->h;
+    *mu = &d->mu;
+    return MR_OK;
 }
 
 /* ---- geometry and plans ------------------------------------------------------------------------ */

@@ -162,6 +162,10 @@ extern "C" mr_status mr_maxpool2d_fwd_cuda(const mr_op_args *a) {
     int64_t n = g.planes * g.oh * g.ow;
     if (dt != MR_F32 && dt != MR_F64)
         return mr_op_error(a, "the CUDA kernel takes f32 or f64, got %s", mr_dtype_name(dt));
+    /* the CPU's fused ReLU gradient (core/ops.h MR_OP_MAXPOOL2D): refused rather than ignored */
+    MR_CHECK(!a->p.pool.relu, MR_ERR_UNSUPPORTED,
+             "maxpool2d: p.pool.relu is a CPU kernel option, not supported by the CUDA kernel; HINT: build the graph "
+             "for the GPU (autodiff/nn.h mr_nn.device) so it keeps the ReLU a node of its own");
     if (n == 0) return MR_OK;
     MR_TRY(mr_cuda_op_stream(a, &s));
     if (dt == MR_F32)

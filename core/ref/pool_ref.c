@@ -98,7 +98,8 @@ mr_status mr_maxpool2d_fwd_ref(const mr_op_args *a) {
                         }
                     }
                 y[(pl * oh + i) * ow + j] = best;
-                am[(pl * oh + i) * ow + j] = (int32_t)arg;
+                /* p.pool.relu: the ReLU before the pool passes no gradient where its output is 0 */
+                am[(pl * oh + i) * ow + j] = p->relu && !(best > 0) ? -1 : (int32_t)arg;
             }
     return MR_OK;
 }

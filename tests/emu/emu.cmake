@@ -16,7 +16,8 @@ if(NOT MIRROR_EMU STREQUAL "OFF")
             HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include /usr/local/cuda/targets/x86_64-linux/include)
   find_path(MIRROR_EMU_CUDNN_INCLUDE cudnn.h HINTS ${MIRROR_EMU_CUDA_INCLUDE} /usr/local/cuda/include /usr/include)
   find_path(MIRROR_EMU_NCCL_INCLUDE nccl.h HINTS ${MIRROR_EMU_CUDA_INCLUDE} /usr/local/cuda/include /usr/include)
-  set(_emu_libs_src ${PROJECT_SOURCE_DIR}/tests/emu/emu_blas.cc ${PROJECT_SOURCE_DIR}/tests/emu/emu_dnn.cc)
+  set(_emu_libs_src ${PROJECT_SOURCE_DIR}/tests/emu/emu_blas.cc ${PROJECT_SOURCE_DIR}/tests/emu/emu_dnn.cc
+                    ${PROJECT_SOURCE_DIR}/tests/emu/emu_dnn_graph.cc)
   if(MIRROR_EMU_LIBS_OVERRIDE) # development only: other sources for the library fakes
     set(_emu_libs_src ${MIRROR_EMU_LIBS_OVERRIDE})
   endif()

@@ -12,7 +12,8 @@
  * one the heuristics returned; the workspace at least what cudnnGet*WorkspaceSize says for that
  * algorithm and in device memory; every buffer inside one device allocation of the handle's
  * stream's GPU. The heuristics return two algorithms: one that wants 1 MiB of workspace and the
- * zero-workspace fallback mirror names, so both of conv.cu's choices get exercised. */
+ * zero-workspace fallback mirror names, so both of conv.cu's choices get exercised.
+ * The backend graph API (cuDNN's fused attention) is emulated in emu_dnn_graph.cc. */
 #define MR_EMU_RUNTIME 1
 #include "tests/emu/emu_internal.h"
 
@@ -191,6 +192,13 @@ template <class Perf, class Algo> static void two(Perf *r, int req, int *ret, Al
 }
 
 } // namespace
+
+namespace mr_emu {
+/* for the backend graph API (emu_dnn_graph.cc): a checked handle's stream, and the text
+ * cudnnGetLastErrorString gives next on this thread */
+cudaStream_t dnn_handle_stream(cudnnHandle_t h, const char *fn) { return use_h(h, fn)->stream; }
+void dnn_set_last_error(const char *msg) { snprintf(t_last, sizeof t_last, "%s", msg); }
+} // namespace mr_emu
 
 extern "C" {
 

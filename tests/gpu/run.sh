@@ -5,7 +5,8 @@
 # (ctest -L/-R gpu: op-vs-reference for every op family, the allocator, NCCL, GPU training),
 # then the GPU benchmarks (GEMM against cuBLAS alone; the three workloads and a GPT-2-124M-shaped
 # model in bf16 with tokens/s and MFU; f32 and TF32; the bf16 GPTs with the composed attention
-# instead of the fused op; data parallelism over the GPUs present through `mirror train`,
+# instead of the fused op, and with mirror's attention kernels instead of cuDNN's; which attention
+# path ran; data parallelism over the GPUs present through `mirror train`,
 # bench/run_gpu_dp.sh), and prints a short table last.
 # Exit status: 0 when every step passed, 1 otherwise. Sized for under 8 minutes on an H200.
 # Usage: tests/gpu/run.sh [extra cmake args...]
@@ -73,6 +74,17 @@ step "models tf32" 90 "$build/bench_models_tf32.txt" "$build/bench/bench_gpu_mod
 # fused op the bf16 run above used (README.md "Attention"): which is faster on this GPU
 step "bf16 composed attn" 90 "$build/bench_models_bf16_composed.txt" \
     env MIRROR_ATTENTION=composed "$build/bench/bench_gpu_models" --bf16 --models gpt,gpt2
+# the bf16 GPTs with mirror's own attention kernels instead of cuDNN's flash attention, which the
+# bf16 run above used where cuDNN had an engine (docs/DESIGN.md "cuDNN attention"); which path ran
+# there: the run names every shape cuDNN refused ("is not available"); gpu.test_gpu_sdpa fails
+# naming the case if any of its shapes did not run through cuDNN
+step "bf16 kernel attn" 90 "$build/bench_models_bf16_kernels.txt" \
+    env MIRROR_CUDNN_SDPA=0 "$build/bench/bench_gpu_models" --bf16 --models gpt,gpt2
+if grep -q "cuDNN flash attention .* is not available" "$build/bench_models_bf16.txt" 2>/dev/null; then
+    record "attention path" FALLBACK "$(grep -c 'is not available' "$build/bench_models_bf16.txt") shapes: kernels"
+else
+    record "attention path" ok "bf16 GPTs: cuDNN flash attention"
+fi
 # data parallelism through the trainer (`mirror train`, distribute.devices over every GPU here,
 # NCCL): GPT-2 124M bf16 on 1, 2, 4, 8 GPUs as present; with one GPU only its row (NCCL refuses
 # two ranks on one GPU, and the table says so)

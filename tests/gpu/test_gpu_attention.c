@@ -8,6 +8,7 @@
  * 77 and CTest reports it SKIPPED. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gpu_util.h"
@@ -162,6 +163,8 @@ static void test_attention_too_long(void **state) {
 
 int main(void) {
     if (gpu_none()) return 77;
+    /* mirror's own kernels (bf16/f16 would go to cuDNN first: tests/gpu/test_gpu_sdpa.c tests that) */
+    setenv("MIRROR_CUDNN_SDPA", "0", 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_too_long),

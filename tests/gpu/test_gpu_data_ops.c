@@ -415,7 +415,7 @@ static void test_maxpool(void **state) {
         for (int di = 0; di < 2; di++) {
             const pool_case *pc = &cases[k];
             mr_dtype dt = dts[di];
-            mr_pool_params pp = {pc->kh, pc->kw, pc->sh, pc->sw, pc->ph, pc->pw};
+            mr_pool_params pp = {pc->kh, pc->kw, pc->sh, pc->sw, pc->ph, pc->pw, 0};
             int64_t oh = (pc->h + 2 * pc->ph - pc->kh) / pc->sh + 1, ow = (pc->w + 2 * pc->pw - pc->kw) / pc->sw + 1;
             mr_shape xs = mr_shape_4d(pc->n, pc->c, pc->h, pc->w), ys = mr_shape_4d(pc->n, pc->c, oh, ow);
             int64_t nx = mr_shape_numel(&xs), ny = mr_shape_numel(&ys);
@@ -454,6 +454,25 @@ static void test_maxpool(void **state) {
         }
 }
 
+/* The CPU's fused ReLU gradient (p.pool.relu, core/ops.h MR_OP_MAXPOOL2D) is refused by the CUDA
+ * kernel, naming the option, instead of being ignored (an argmax without the ReLU's -1s). */
+static void test_maxpool_relu_refused(void **state) {
+    (void)state;
+    mr_shape xs = mr_shape_4d(1, 2, 4, 4), ys = mr_shape_4d(1, 2, 2, 2);
+    mr_op_args f;
+    mr_op_args_init(&f, MR_OP_MAXPOOL2D);
+    f.p.pool = (mr_pool_params){2, 2, 2, 2, 0, 0, 1};
+    f.in[0] = mr_tensor_as_view(gpu_upload(gpu_rand(mr_shape_numel(&xs), -1, 1, 77, MR_F32), MR_F32, xs));
+    f.out[0] = mr_tensor_as_view(gpu_alloc(MR_F32, ys));
+    f.out[1] = mr_tensor_as_view(gpu_alloc(MR_I32, ys));
+    f.device = 0;
+    const mr_status st = mr_op_run(MR_DEVICE_CUDA, &f);
+    printf("maxpool2d with p.pool.relu on cuda:0: %s: %s\n", mr_status_name(st), mr_last_error());
+    assert_int_equal(st, MR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(mr_last_error(), "p.pool.relu"));
+    gpu_free_all();
+}
+
 /* ---- average pooling -------------------------------------------------------------------------- */
 
 static void test_avgpool(void **state) {
@@ -476,7 +495,7 @@ static void test_avgpool(void **state) {
         for (int di = 0; di < 2; di++) {
             const pool_case *pc = &cases[k];
             mr_dtype dt = dts[di];
-            mr_pool_params pp = {pc->kh, pc->kw, pc->sh, pc->sw, pc->ph, pc->pw};
+            mr_pool_params pp = {pc->kh, pc->kw, pc->sh, pc->sw, pc->ph, pc->pw, 0};
             int64_t oh = (pc->h + 2 * pc->ph - pc->kh) / pc->sh + 1, ow = (pc->w + 2 * pc->pw - pc->kw) / pc->sw + 1;
             mr_shape xs = mr_shape_4d(pc->n, pc->c, pc->h, pc->w), ys = mr_shape_4d(pc->n, pc->c, oh, ow);
             int64_t nx = mr_shape_numel(&xs), ny = mr_shape_numel(&ys);
@@ -515,6 +534,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embedding), cmocka_unit_test(test_embedding_bad_ids), cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_permute),   cmocka_unit_test(test_concat),            cmocka_unit_test(test_maxpool),
+        cmocka_unit_test(test_maxpool_relu_refused),
         cmocka_unit_test(test_avgpool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

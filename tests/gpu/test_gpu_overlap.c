@@ -227,6 +227,33 @@ static void test_zero1(void **state) {
     th_free_all();
 }
 
+/* A replica that hangs after a step's host agreement, while its peer's stream already waits for
+ * the loss all-reduce it never joins: the peer's next host wait (here the read-back after the
+ * step: on_step reads every step) has the communicator's deadline, so the run fails naming the
+ * wait and the deadline. Without the deadline replica 0 blocks until the stalled replica goes on
+ * (stall_s later), and the run then succeeds: that is what this test tells apart. */
+static void test_peer_stall(void **state) {
+    (void)state;
+    if (!th_have_fashion_mnist() || mr_cuda_device_count() < 2) skip();
+    mr_train_cfg c = mlp3(2);
+    trace t = {0};
+    c.on_step = on_step;
+    c.on_step_ctx = &t;
+    c.comm_timeout_s = 1;
+    c.stall_at = 3;
+    c.stall_replica = 1;
+    c.stall_s = 6;
+    mr_train_result r;
+    mr_status st = mr_train(&c, &r);
+    const char *e = mr_last_error();
+    print_message("stalled replica: status %d: %s\n", (int)st, e);
+    assert_int_equal(st, MR_ERR_COMM);
+    assert_non_null(strstr(e, "waiting for step 3's results"));
+    assert_non_null(strstr(e, "no progress for 1 s"));
+    assert_true(t.loss[2] > 0 && t.loss[3] == 0); /* steps 1-2 completed, step 3 did not */
+    th_free_all();
+}
+
 #ifdef MIRROR_EMU
 /* Backward work: a kernel or a library call (not a copy, wait, event record or NCCL call). */
 static int is_work(const mr_emu_log_entry *e) {
@@ -376,6 +403,7 @@ int main(void) {
         cmocka_unit_test(test_bits_bf16),
         cmocka_unit_test(test_prefetch_resume),
         cmocka_unit_test(test_zero1),
+        cmocka_unit_test(test_peer_stall),
 #ifdef MIRROR_EMU
         cmocka_unit_test(test_bucket_order),
         cmocka_unit_test(test_input_copy_order),

@@ -141,8 +141,49 @@ static void test_gpt(void **state) {
     against_cpu("gpt f32", tiny_gpt(S(20), 0.0), 5e-3);
     against_cpu("gpt f32 with dropout (no CUDA graph)", tiny_gpt(S(20), 0.1), 5e-3);
     mr_train_cfg c = tiny_gpt(S(20), 0.0);
-    c.compute = MR_BF16; /* head dim 32: the fused attention op (core/cuda/attention.cu) */
+    c.compute = MR_BF16; /* head dim 32: the fused attention op, through cuDNN (core/cuda/attention_cudnn.cu) */
     against_cpu("gpt mixed_bfloat16 (fused attention)", c, 3e-2);
+}
+
+/* The tiny GPT in mixed_bfloat16 with its attention through cuDNN's flash attention
+ * (core/cuda/attention_cudnn.cu) and through mirror's kernels (MIRROR_CUDNN_SDPA=0): every step's
+ * loss close, the counters say the first run's backward went through cuDNN only and the
+ * second run's through the kernels only, and no step after the third reaches the driver's
+ * allocator with the cuDNN path. */
+static void test_gpt_cudnn_attention(void **state) {
+    (void)state;
+    mr_train_cfg c = tiny_gpt(S(12), 0.0);
+    c.compute = MR_BF16;
+    trace on = {0}, off = {0};
+    mr_train_result r1, r2;
+    mr_attention_paths p0, p1, p2;
+    mr_attention_paths_get(&p0);
+    run(c, 1, &on, &r1);
+    mr_attention_paths_get(&p1);
+    setenv("MIRROR_CUDNN_SDPA", "0", 1);
+    run(c, 1, &off, &r2);
+    unsetenv("MIRROR_CUDNN_SDPA");
+    mr_attention_paths_get(&p2);
+    fprintf(stderr, "gpt bf16 attention calls: cuDNN run %lld fwd %lld bwd (kernels %lld bwd); kernel run %lld fwd %lld bwd\n",
+            (long long)(p1.cudnn_fwd - p0.cudnn_fwd), (long long)(p1.cudnn_bwd - p0.cudnn_bwd),
+            (long long)(p1.kernel_bwd - p0.kernel_bwd), (long long)(p2.kernel_fwd - p1.kernel_fwd),
+            (long long)(p2.kernel_bwd - p1.kernel_bwd));
+    assert_true(p1.cudnn_fwd > p0.cudnn_fwd && p1.cudnn_bwd > p0.cudnn_bwd && p1.kernel_bwd == p0.kernel_bwd);
+    assert_true(p2.cudnn_fwd == p1.cudnn_fwd && p2.cudnn_bwd == p1.cudnn_bwd && p2.kernel_bwd > p1.kernel_bwd);
+    double worst = 0;
+    for (int64_t s = 1; s <= c.steps; s++) {
+        double d = fabs(on.loss[s] - off.loss[s]);
+        worst = d > worst ? d : worst;
+        if (!(d <= 3e-2)) fail_msg("step %lld: loss %.6f with cuDNN attention, %.6f with the kernels", (long long)s,
+                                   on.loss[s], off.loss[s]);
+    }
+    fprintf(stderr, "gpt bf16: %lld steps, loss %.5f (cuDNN attention) vs %.5f (kernels), worst step |diff| %.2e; "
+                    "raw device allocations with cuDNN: %lld after step 3, %lld after step %lld\n",
+            (long long)c.steps, on.loss[c.steps], off.loss[c.steps], worst, (long long)on.raw_allocs_at[3],
+            (long long)on.raw_allocs_at[c.steps], (long long)c.steps);
+    /* the plans (and any workspace of their own) are made in the first step: none after */
+    assert_int_equal(on.raw_allocs_at[3], on.raw_allocs_at[c.steps]);
+    th_free_all();
 }
 
 /* A layer graph with batch norm (conv, batchnorm2d, a residual block, global average pooling) on
@@ -513,7 +554,8 @@ int main(void) {
     if (gpu_none()) return 77;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp_f32),     cmocka_unit_test(test_mlp_mixed),
-        cmocka_unit_test(test_cnn),         cmocka_unit_test(test_gpt),       cmocka_unit_test(test_batchnorm_graph),
+        cmocka_unit_test(test_cnn),         cmocka_unit_test(test_gpt),       cmocka_unit_test(test_gpt_cudnn_attention),
+        cmocka_unit_test(test_batchnorm_graph),
         cmocka_unit_test(test_deterministic_and_resume), cmocka_unit_test(test_steady_state_no_alloc),
         cmocka_unit_test(test_two_gpus),   cmocka_unit_test(test_steady_no_sync),
         cmocka_unit_test(test_steady_two_gpus), cmocka_unit_test(test_overflow_deferred),

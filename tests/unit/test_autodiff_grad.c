@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "autodiff/graph_impl.h" /* the node list: which backward ops were made */
 #include "harness.h"
 #include "autodiff/graph.h"
 #include "autodiff/nn.h"
@@ -203,11 +204,22 @@ static void test_grad_mlp(void **state) {
 }
 
 /* (2) conv2d (pad 1, bias) -> relu -> maxpool 2 -> reshape -> matmul -> xent -> mean; the input
- * image is a param too, so CONV2D_BWD_DATA is checked. Twice: the ReLU as its own node and fused
- * into the conv2d (mr_graph_relu_after_conv: p.conv.relu, the gradient through RELU_BWD on y). */
-static void grad_cnn(int fused) {
+ * image is a param too, so CONV2D_BWD_DATA is checked. Three times: the ReLU as its own node;
+ * fused into the conv2d (mr_graph_relu_after_conv: p.conv.relu), whose pool then carries the
+ * ReLU's gradient in its argmax (p.pool.relu) so no RELU_BWD node is made; and fused with a
+ * second reader of the conv's output (0.1 * sum(y) added to the loss), where RELU_BWD stays. */
+enum { CNN_PLAIN, CNN_FUSED, CNN_FUSED_SHARED };
+
+static int count_op(const mr_graph *g, mr_op_id op) {
+    int n = 0;
+    for (int32_t i = 0; i < g->nnodes; i++) n += g->nodes[i].op == op;
+    return n;
+}
+
+static void grad_cnn(int mode) {
     enum { N = 2, C = 2, HW = 6, O = 3, K = 3, CLS = 4 };
-    gc c = {.what = fused ? "cnn (fused relu)" : "cnn"};
+    const char *names[] = {"cnn", "cnn (fused relu)", "cnn (fused relu, y read twice)"};
+    gc c = {.what = names[mode]};
     MR_ASSERT_OK(mr_graph_new(&c.g));
     mr_graph *g = c.g;
     mr_val x = mr_graph_param(g, "x", MR_F64, mr_shape_4d(N, C, HW, HW));
@@ -216,12 +228,16 @@ static void grad_cnn(int fused) {
     mr_val fc = mr_graph_param(g, "fc", MR_F64, mr_shape_2d(CLS, O * (HW / 2) * (HW / 2)));
     mr_val labels = mr_graph_input(g, "labels", MR_I32, mr_shape_1d(N));
     mr_val conv = mr_graph_conv2d(g, x, w, b, 1, 1);
-    mr_val h = fused ? mr_graph_relu_after_conv(g, conv) : mr_graph_unary(g, MR_OP_RELU, conv);
-    assert_true(fused ? h.id == conv.id : h.id != conv.id); /* fused: no node of its own */
-    h = mr_graph_maxpool2d(g, h, 2, 2, 0);
+    int fused = mode != CNN_PLAIN;
+    mr_val y = fused ? mr_graph_relu_after_conv(g, conv) : mr_graph_unary(g, MR_OP_RELU, conv);
+    assert_true(fused ? y.id == conv.id : y.id != conv.id); /* fused: no node of its own */
+    mr_val h = mr_graph_maxpool2d(g, y, 2, 2, 0);
+    assert_int_equal(g->nodes[g->nnodes - 1].p.pool.relu, fused);
     h = mr_graph_reshape(g, h, mr_shape_2d(N, O * (HW / 2) * (HW / 2)));
     mr_val logits = mr_graph_matmul(g, h, fc, 0, 1, 1.0);
     c.loss = mr_graph_mean(g, mr_graph_softmax_xent(g, logits, labels, -100), 1u);
+    if (mode == CNN_FUSED_SHARED)
+        c.loss = mr_graph_add(g, c.loss, mr_graph_scale(g, mr_graph_sum(g, y, 0xfu), 0.1));
     MR_ASSERT_OK(mr_graph_status(g));
     int32_t lab[N] = {3, 1};
     gc_param(&c, x, -1, 1, 21);
@@ -230,14 +246,16 @@ static void grad_cnn(int fused) {
     gc_param(&c, fc, -0.5, 0.5, 24);
     gc_input(&c, labels, lab);
     gc_build(&c);
+    assert_int_equal(count_op(g, MR_OP_RELU_BWD), mode == CNN_FUSED ? 0 : 1);
     gc_check(&c);
     gc_free(&c);
 }
 
 static void test_grad_cnn(void **state) {
     (void)state;
-    grad_cnn(0);
-    grad_cnn(1);
+    grad_cnn(CNN_PLAIN);
+    grad_cnn(CNN_FUSED);
+    grad_cnn(CNN_FUSED_SHARED);
 }
 
 /* Average pooling: conv2d (pad 1) -> avgpool 3 stride 2 pad 1 (padding in the divisor) -> tanh

@@ -1,7 +1,8 @@
 /* Pooling. Max pooling (MAXPOOL2D, MAXPOOL2D_BWD): the CPU f32 kernels against the f64 reference
  * (values and argmax exactly) over kernel/stride/padding combinations, overlapping windows,
  * size-1 dims; ties go to the first maximal element; NaN propagates; the f64 CPU path equals the
- * reference; dx against central differences; bad argmax, shape, param and dtype errors.
+ * reference; dx against central differences; bad argmax, shape, param and dtype errors; p.pool.relu
+ * (the fused ReLU gradient) against the reference and against RELU_BWD's mask, bit for bit.
  * Average pooling (AVGPOOL2D, AVGPOOL2D_BWD): the reference against values worked by hand with
  * torch.nn.AvgPool2d's rules (count_include_pad, floor output size), the CPU f32 kernels against
  * the reference over the same kinds of cases plus rows wider than the CPU kernel's chunk and
@@ -18,7 +19,7 @@ typedef struct pool_case {
 } pool_case;
 
 static void pool_args(const pool_case *c, mr_dtype dt, uint64_t seed, mr_op_args *f, mr_op_args *b) {
-    mr_pool_params p = {c->kh, c->kw, c->sh, c->sw, c->ph, c->pw};
+    mr_pool_params p = {c->kh, c->kw, c->sh, c->sw, c->ph, c->pw, 0};
     int64_t oh = (c->h + 2 * c->ph - c->kh) / c->sh + 1, ow = (c->w + 2 * c->pw - c->kw) / c->sw + 1;
     mr_shape xs = mr_shape_4d(c->n, c->c, c->h, c->w), ys = mr_shape_4d(c->n, c->c, oh, ow);
     mr_op_args_init(f, MR_OP_MAXPOOL2D);
@@ -59,6 +60,69 @@ static void test_pool_vs_ref(void **state) {
         th_check_thread_invariant(&b);
         th_free_all();
     }
+}
+
+/* p.pool.relu over x a ReLU's output (many windows all 0): y as without it, argmax the
+ * reference's (-1 where the max is not > 0), and the backward on it equal bit for bit to the
+ * unfused gradient, RELU_BWD's mask x > 0 applied to MAXPOOL2D_BWD on the plain argmax; thread
+ * invariant. The 2x2 cases take the AVX-512 kernels' -1 lanes. */
+static void test_pool_relu(void **state) {
+    (void)state;
+    const pool_case cases[] = {
+        {4, 32, 28, 28, 2, 2, 2, 2, 0, 0}, /* CNN pool1 */
+        {4, 64, 14, 14, 2, 2, 2, 2, 0, 0}, /* CNN pool2 */
+        {2, 3, 7, 37, 2, 2, 2, 2, 0, 0},   /* 2x2: odd sizes, the backward's general path */
+        {2, 3, 7, 9, 3, 3, 2, 2, 1, 1},    /* overlapping, padded */
+        {2, 2, 6, 6, 3, 3, 1, 1, 1, 1},    /* stride 1: each element in up to 9 windows */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        mr_op_args f, b;
+        pool_args(&cases[k], MR_F32, 70 + 3 * k, &f, &b);
+        float *x = f.in[0].data;
+        int64_t nx = mr_shape_numel(&f.in[0].shape), ny = mr_shape_numel(&f.out[0].shape), zero_windows = 0;
+        for (int64_t i = 0; i < nx; i++) x[i] = x[i] > 0.4f ? x[i] - 0.4f : 0.0f; /* relu(x - 0.4) */
+        /* unfused: the plain argmax, MAXPOOL2D_BWD, then RELU_BWD's mask */
+        MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &f));
+        mr_op_args b0 = b;
+        b0.in[0] = th_view(MR_I32, f.out[1].shape);
+        memcpy(b0.in[0].data, f.out[1].data, th_view_bytes(&f.out[1]));
+        b0.out[0] = th_view(MR_F32, b.out[0].shape);
+        MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &b0));
+        float *dx0 = b0.out[0].data;
+        for (int64_t i = 0; i < nx; i++) dx0[i] = x[i] > 0 ? dx0[i] : 0.0f;
+        mr_view y0 = th_view(MR_F32, f.out[0].shape);
+        memcpy(y0.data, f.out[0].data, th_view_bytes(&y0));
+        /* fused */
+        f.p.pool.relu = b.p.pool.relu = 1;
+        char what[64];
+        snprintf(what, sizeof what, "maxpool2d relu case %zu", k);
+        mr_op_args f64 = th_check_cpu_vs_ref(what, &f, 0.0, 0.0, 0.0);
+        assert_memory_equal(f.out[1].data, f64.out[1].data, th_view_bytes(&f.out[1]));
+        assert_memory_equal(f.out[0].data, y0.data, th_view_bytes(&y0));
+        th_check_thread_invariant(&f);
+        const int32_t *am = f.out[1].data;
+        for (int64_t i = 0; i < ny; i++) zero_windows += am[i] == -1;
+        assert_true(zero_windows > 0 && zero_windows < ny); /* both kinds of window occur */
+        MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &b));
+        assert_memory_equal(b.out[0].data, dx0, th_view_bytes(&b.out[0]));
+        snprintf(what, sizeof what, "maxpool2d_bwd relu case %zu", k); /* overlapping windows: f32 sums */
+        (void)th_check_cpu_vs_ref(what, &b, TOL_F32_ATOL, TOL_F32_RTOL, TOL_F32_NMSE);
+        th_check_thread_invariant(&b);
+        th_free_all();
+    }
+    /* NaN and 0 maxima give -1 (NaN cannot come from a ReLU; the rule is !(max > 0)) */
+    const pool_case c = {1, 1, 2, 6, 2, 2, 2, 2, 0, 0};
+    mr_op_args f, b;
+    pool_args(&c, MR_F32, 1, &f, &b);
+    f.p.pool.relu = 1;
+    double vals[12] = {0, 0, 1, NAN, 0, 2, 0, 0, 0, 0, 0, 0};
+    for (int i = 0; i < 12; i++) mr_dtype_set(f.in[0].data, f.in[0].dtype, i, vals[i]);
+    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &f));
+    const int32_t *am = f.out[1].data;
+    assert_int_equal(am[0], -1);
+    assert_int_equal(am[1], -1);
+    assert_int_equal(am[2], 5);
+    th_free_all();
 }
 
 static void test_pool_ties_nan(void **state) {
@@ -130,7 +194,7 @@ static void test_pool_errors(void **state) {
 /* ---- average pooling -------------------------------------------------------------------------- */
 
 static void avg_args(const pool_case *c, mr_dtype dt, uint64_t seed, mr_op_args *f, mr_op_args *b) {
-    mr_pool_params p = {c->kh, c->kw, c->sh, c->sw, c->ph, c->pw};
+    mr_pool_params p = {c->kh, c->kw, c->sh, c->sw, c->ph, c->pw, 0};
     int64_t oh = (c->h + 2 * c->ph - c->kh) / c->sh + 1, ow = (c->w + 2 * c->pw - c->kw) / c->sw + 1;
     mr_shape xs = mr_shape_4d(c->n, c->c, c->h, c->w), ys = mr_shape_4d(c->n, c->c, oh, ow);
     mr_op_args_init(f, MR_OP_AVGPOOL2D);
@@ -262,6 +326,7 @@ static void test_avgpool_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool_vs_ref),
+        cmocka_unit_test(test_pool_relu),
         cmocka_unit_test(test_pool_ties_nan),
         cmocka_unit_test(test_pool_grad),
         cmocka_unit_test(test_pool_errors),
