@@ -405,8 +405,19 @@ mr_val mr_nn_causal_attention(mr_nn *nn, const char *name, mr_val x, int heads) 
         y = mr_graph_attention(g, q, k, v, 1.0 / sqrt((double)D), 1);
         if (h != nn->dtype) y = mr_graph_cast(g, y, nn->dtype);
     } else {
+        /* mixed bf16 on the CPU: the four batched GEMMs of each pass in bf16 (the AMX/vdpbf16ps
+         * kernels; products exact, f32 sums and results), on bf16 casts of q, k, v and of the
+         * probabilities, as PyTorch's autocast runs bmm; the softmax stays f32 (docs/DESIGN.md
+         * "bf16 GEMM on the GPT's shapes") */
+        int bf = nn->device == MR_DEVICE_CPU && nn->compute == MR_BF16 && nn->dtype == MR_F32;
+        if (bf) {
+            q = mr_graph_cast(g, q, MR_BF16);
+            k = mr_graph_cast(g, k, MR_BF16);
+            v = mr_graph_cast(g, v, MR_BF16);
+        }
         mr_val att = mr_graph_matmul(g, q, k, 0, 1, 1.0 / sqrt((double)D)); /* (B,H,T,T) */
         att = mr_graph_causal_softmax(g, att);                               /* row t sees positions <= t */
+        if (bf) att = mr_graph_cast(g, att, MR_BF16);
         y = mr_graph_matmul(g, att, v, 0, 0, 1.0);                           /* (B,H,T,D) */
     }
     y = mr_graph_permute(g, y, (int[]){0, 2, 1, 3});                           /* (B,T,H,D) */

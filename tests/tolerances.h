@@ -44,6 +44,15 @@
 #define TOL_PARITY_F32_GRAD_ATOL 5e-6
 #define TOL_PARITY_F32_GRAD_RTOL 1e-4
 #define TOL_PARITY_F32_GRAD_NMSE 1e-11
+/* mixed_bfloat16 (every GEMM but the tied head's on bf16-rounded operands, f32 elsewhere) against
+ * torch f32, the GPT fixture (test_models_parity.c): logits and loss measured max abs 8.4e-3, max rel
+ * 1.1e-1 (a logit near 0), NMSE 6.7e-6; gradients max abs 1.5e-3, NMSE 6.0e-5 (AMX build). */
+#define TOL_PARITY_BF16_ATOL 3e-2
+#define TOL_PARITY_BF16_RTOL 3e-2
+#define TOL_PARITY_BF16_NMSE 3e-5
+#define TOL_PARITY_BF16_GRAD_ATOL 5e-3
+#define TOL_PARITY_BF16_GRAD_RTOL 3e-2
+#define TOL_PARITY_BF16_GRAD_NMSE 3e-4
 
 /* GPU (cuBLAS) GEMM in bf16/f16 with f32 accumulation against the f64 reference on the same
  * rounded inputs in [-1,1), K <= 256. NOT YET MEASURED ON A GPU: set from the output rounding

@@ -17,6 +17,26 @@ typedef struct mr_cpu_caps {
 /* Read once with CPUID (and XGETBV: the OS must save the AVX/AVX-512 state). Thread-safe. */
 const mr_cpu_caps *mr_cpu_caps_get(void);
 
+/* The GEMM op's epilogue on rows of C (ldc == n): C += bias (n; NULL: none), then, with gelu, pre =
+ * C (pre NULL: not kept) and C = GELU(C). */
+typedef struct mr_gemm_epi {
+    const float *bias;
+    float *pre;
+    int gelu;
+} mr_gemm_epi;
+
+/* The epilogue on rows [r0, r1) of C (n columns, contiguous), in the vector body the CPU has; a
+ * row's bits do not depend on which rows a call covers (gemm_cpu.c). */
+void mr_cpu_gemm_epilogue_rows(float *C, float *pre, const float *bias, int gelu, int64_t r0, int64_t r1, int64_t n);
+
+/* mr_cpu_gemm_bf16 with the op's epilogue folded in where the kernel can apply it to rows of C
+ * while they are in cache (the AMX kernel, when each thread's share is whole rows of a C at most
+ * 512 wide with ldc == n): then *done = 1; else *done = 0 and the caller runs the epilogue. Same
+ * bits either way. epi NULL: none. */
+mr_status mr_cpu_gemm_bf16_epi(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                               const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
+                               int64_t ldc, const mr_gemm_epi *epi, int *done);
+
 /* Row-major single-precision GEMM through the provider chosen at first use:
  * C (m,n) = alpha * op(A) * op(B) + beta * C, with row strides lda/ldb/ldc in elements.
  * Called from inside an OpenMP parallel region (active or not) it runs on the calling thread only.
@@ -61,6 +81,10 @@ mr_status mr_cpu_gemm_half_via_f32(int is_f16, int trans_a, int trans_b, int64_t
 int mr_cpu_amx_bf16_usable(void);
 int mr_cpu_gemm_bf16_amx(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
                          int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc);
+/* ... with the op's epilogue where it applies (see mr_cpu_gemm_bf16_epi). */
+int mr_cpu_gemm_bf16_amx_epi(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                             const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
+                             int64_t ldc, const mr_gemm_epi *epi, int *done);
 
 /* The vdpbf16ps kernel alone (exposed for tests): returns 0 without touching C when the CPU lacks
  * AVX512_BF16/BW/VL or on out-of-memory, 1 when done. m, n, k > 0. */
@@ -94,7 +118,8 @@ typedef struct mr_pack_pool {
 
 #define MR_PACK_POOL(a_bytes, b_bytes) {(a_bytes), (b_bytes), NULL, NULL, NULL, 0}
 
-/* C (m,n) = alpha * op(A) (m,k) * op(B) (k,n) + beta * C; a and b point at f32 or bf16 data. */
+/* C (m,n) = alpha * op(A) (m,k) * op(B) (k,n) + beta * C; a and b point at f32 or bf16 data; epi
+ * (optional, AMX kernel only): the op's epilogue, epi_done set when it was applied. */
 typedef struct mr_gemm_args {
     int trans_a, trans_b;
     int64_t m, n, k;
@@ -102,6 +127,8 @@ typedef struct mr_gemm_args {
     const void *a, *b;
     int64_t lda, ldb, ldc;
     float *c;
+    const mr_gemm_epi *epi;
+    int *epi_done;
 } mr_gemm_args;
 
 /* A kernel's share: rows [i0, i1) x columns [j0, j1) of C, with one thread's packing buffers. */
@@ -113,6 +140,11 @@ typedef void (*mr_gemm_block_fn)(const mr_gemm_args *g, int64_t i0, int64_t i1, 
  * results do not depend on the thread count. Inside any OpenMP region it runs on the calling
  * thread. Returns 0 without touching C when buffers cannot be had, 1 when done. m, n, k > 0. */
 int mr_gemm_split(const mr_gemm_args *g, int64_t row_unit, int64_t col_unit, mr_pack_pool *pool, mr_gemm_block_fn block);
+/* mr_gemm_split, but with prefer_rows a C at least as tall as wide with rows enough for two units a
+ * thread is split by rows (each thread then reads only its rows of A and all of the small B; the
+ * AMX kernel loads A's tiles straight from A). Results are the same whatever the split. */
+int mr_gemm_split_pref(const mr_gemm_args *g, int64_t row_unit, int64_t col_unit, int prefer_rows, mr_pack_pool *pool,
+                       mr_gemm_block_fn block);
 
 #ifdef __cplusplus
 }

@@ -7,10 +7,13 @@
  *    valgrind, a hypervisor hiding the state) disables the path silently.
  *  - kernel: a 32 x 32 block of C in four 16x16 f32 tiles (tmm0-3); each 32-k step loads two A
  *    tiles (16 rows x 32 bf16, tmm4-5) and two B tiles (16 k pairs x 16 columns in the VNNI pair
- *    layout, tmm6-7) and issues four tdpbf16ps. Tiles go through a small f32 buffer to apply
- *    alpha/beta with masks at the edges.
+ *    layout, tmm6-7) and issues four tdpbf16ps.
  *  - blocking: K in blocks of up to KC = 512 (equal sizes, padded with zeros to 32 in packing:
- *    padding adds exact zeros), B packed KC x NC = 512 columns, A in MC = 64-row blocks.
+ *    padding adds exact zeros), B packed KC x NC = 512 columns, A in MC = 64-row blocks. A full
+ *    64-row block of an untransposed A whose k block is whole 32-k chunks is not packed: its tiles
+ *    load from A itself (row stride lda); transposed operands are transposed in registers while
+ *    packing. With alpha 1 and beta 0, a whole 32x32 block's tiles are stored straight into C
+ *    (same bits: 1 * x is x); otherwise through a buffer that applies alpha/beta with edge masks.
  *  - threads split C (32-column units; 32-row units when n is small), never K: each C element
  *    is summed by one thread in one fixed k order. The tile configuration is per thread and is
  *    loaded at the start of every thread's share and released at its end. */
@@ -39,36 +42,75 @@ enum { TK = 32, KC = 512, NC = 512, MC = 64, BLK = 32 };
 
 /* ---- packing ---------------------------------------------------------------------------------- */
 
-/* op(A)[i0:i0+mc, p0:p0+kc] -> ap, rows rounded up to 16 and k to 32 with zeros. */
-static void pack_a(int trans_a, const uint16_t *a, int64_t lda, int64_t i0, int64_t p0, int mc, int kc,
-                   uint16_t *ap) {
-    int nch = (kc + TK - 1) / TK, mg = (mc + 15) / 16;
-    for (int g = 0; g < mg; g++)
-        for (int ch = 0; ch < nch; ch++) {
-            uint16_t *dst = ap + ((int64_t)g * nch + ch) * 16 * TK;
-            int kw = kc - ch * TK < TK ? kc - ch * TK : TK;
-            for (int r = 0; r < 16; r++) {
-                int i = g * 16 + r;
-                uint16_t *d = dst + r * TK;
-                if (i >= mc) {
-                    memset(d, 0, sizeof(uint16_t) * TK);
-                    continue;
-                }
-                if (!trans_a) {
-                    memcpy(d, a + (i0 + i) * lda + p0 + ch * TK, sizeof(uint16_t) * (size_t)kw);
-                } else {
-                    const uint16_t *s = a + (p0 + ch * TK) * lda + i0 + i;
-                    for (int q = 0; q < kw; q++) d[q] = s[q * lda];
-                }
-                if (kw < TK) memset(d + kw, 0, sizeof(uint16_t) * (size_t)(TK - kw));
-            }
-        }
-}
 
 static inline __mmask16 low_mask(int n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1u); }
 
+/* r[0..15] (16 x 16 u32) transposed in place: unpacks within 128-bit lanes, then lane shuffles. */
+AMX_TARGET static inline void transpose16(__m512i r[16]) {
+    __m512i u[16];
+    for (int b = 0; b < 4; b++) {
+        __m512i lo01 = _mm512_unpacklo_epi32(r[4 * b], r[4 * b + 1]), hi01 = _mm512_unpackhi_epi32(r[4 * b], r[4 * b + 1]);
+        __m512i lo23 = _mm512_unpacklo_epi32(r[4 * b + 2], r[4 * b + 3]);
+        __m512i hi23 = _mm512_unpackhi_epi32(r[4 * b + 2], r[4 * b + 3]);
+        u[4 * b] = _mm512_unpacklo_epi64(lo01, lo23);     /* per lane: rows 4b..4b+3, element 0 */
+        u[4 * b + 1] = _mm512_unpackhi_epi64(lo01, lo23); /* element 1 */
+        u[4 * b + 2] = _mm512_unpacklo_epi64(hi01, hi23);
+        u[4 * b + 3] = _mm512_unpackhi_epi64(hi01, hi23);
+    }
+    for (int e = 0; e < 4; e++) {
+        __m512i v0 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0x88), v1 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0xdd);
+        __m512i w0 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0x88);
+        __m512i w1 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0xdd);
+        r[e] = _mm512_shuffle_i32x4(v0, w0, 0x88);
+        r[8 + e] = _mm512_shuffle_i32x4(v0, w0, 0xdd);
+        r[4 + e] = _mm512_shuffle_i32x4(v1, w1, 0x88);
+        r[12 + e] = _mm512_shuffle_i32x4(v1, w1, 0xdd);
+    }
+}
+
+/* Two rows of 16 bf16 (k and k+1; NULL: zeros) as 16 (k, k+1) pairs; only the first nw columns read. */
+AMX_TARGET static inline __m512i pair_rows(const uint16_t *lo, const uint16_t *hi, __mmask16 cm) {
+    __m512i l = lo ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(cm, lo)) : _mm512_setzero_si512();
+    __m512i h = hi ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(cm, hi)) : _mm512_setzero_si512();
+    return _mm512_or_si512(l, _mm512_slli_epi32(h, 16));
+}
+
+/* op(A)[i0:i0+mc, p0:p0+kc] -> ap, rows rounded up to 16 and k to 32 with zeros: a tile (16 rows
+ * x 32 k) per 16-row group and 32-k chunk. A transposed (stored (K,M)) is read as 16 k pairs of
+ * 16 rows and transposed in registers (32-bit elements: a k pair moves as one). */
+AMX_TARGET static void pack_a(int trans_a, const uint16_t *a, int64_t lda, int64_t i0, int64_t p0, int mc, int kc,
+                              uint16_t *ap) {
+    int nch = (kc + TK - 1) / TK, mg = (mc + 15) / 16;
+    for (int g = 0; g < mg; g++) {
+        int mw = mc - g * 16 < 16 ? mc - g * 16 : 16;
+        __mmask16 rm = low_mask(mw);
+        for (int ch = 0; ch < nch; ch++) {
+            uint16_t *dst = ap + ((int64_t)g * nch + ch) * 16 * TK;
+            int kw = kc - ch * TK < TK ? kc - ch * TK : TK;
+            if (trans_a) {
+                __m512i r[16];
+                for (int q = 0; q < 16; q++) {
+                    int k0 = 2 * q;
+                    const uint16_t *s = a + (p0 + ch * TK + k0) * lda + i0 + g * 16;
+                    r[q] = pair_rows(k0 < kw ? s : NULL, k0 + 1 < kw ? s + lda : NULL, rm);
+                }
+                transpose16(r);
+                for (int q = 0; q < 16; q++) _mm512_store_si512(dst + q * TK, r[q]);
+                continue;
+            }
+            __mmask32 km = kw >= 32 ? 0xffffffffu : (__mmask32)((1u << kw) - 1u);
+            for (int q = 0; q < 16; q++) {
+                __m512i v = q < mw ? _mm512_maskz_loadu_epi16(km, a + (i0 + g * 16 + q) * lda + p0 + ch * TK)
+                                   : _mm512_setzero_si512();
+                _mm512_store_si512(dst + q * TK, v);
+            }
+        }
+    }
+}
+
 /* op(B)[p0:p0+kc, j0:j0+nc] -> bp in the VNNI layout: tile row r holds (k 2r, k 2r+1) of each of
- * 16 columns; columns rounded up to 16 and k to 32 with zeros. */
+ * 16 columns; columns rounded up to 16 and k to 32 with zeros. B transposed (stored (N,K)) holds
+ * each column's k pairs as consecutive 32-bit words: 16 columns loaded, transposed in registers. */
 AMX_TARGET static void pack_b(int trans_b, const uint16_t *b, int64_t ldb, int64_t p0, int64_t j0, int kc, int nc,
                               uint16_t *bp) {
     int nch = (kc + TK - 1) / TK, ng = (nc + 15) / 16;
@@ -76,28 +118,22 @@ AMX_TARGET static void pack_b(int trans_b, const uint16_t *b, int64_t ldb, int64
         int nw = nc - g * 16 < 16 ? nc - g * 16 : 16;
         __mmask16 cm = low_mask(nw);
         for (int ch = 0; ch < nch; ch++) {
-            uint32_t *dst = (uint32_t *)(bp + ((int64_t)g * nch + ch) * 16 * TK);
-            for (int r = 0; r < 16; r++) {
-                int64_t q = ch * TK + 2 * r; /* k within the block */
-                uint32_t *d = dst + r * 16;
-                if (!trans_b) {
-                    __m512i lo = q < kc ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(cm, b + (p0 + q) * ldb + j0 + g * 16))
-                                        : _mm512_setzero_si512();
-                    __m512i hi = q + 1 < kc
-                                     ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(cm, b + (p0 + q + 1) * ldb + j0 + g * 16))
-                                     : _mm512_setzero_si512();
-                    _mm512_store_si512(d, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
-                } else {
-                    for (int c = 0; c < 16; c++) {
-                        uint32_t lo = 0, hi = 0;
-                        if (c < nw) {
-                            const uint16_t *s = b + (j0 + g * 16 + c) * ldb + p0 + q;
-                            if (q < kc) lo = s[0];
-                            if (q + 1 < kc) hi = s[1];
-                        }
-                        d[c] = lo | hi << 16;
-                    }
-                }
+            uint16_t *dst = bp + ((int64_t)g * nch + ch) * 16 * TK;
+            int kw = kc - ch * TK < TK ? kc - ch * TK : TK;
+            if (trans_b) {
+                __mmask32 km = kw >= 32 ? 0xffffffffu : (__mmask32)((1u << kw) - 1u);
+                __m512i r[16];
+                for (int c = 0; c < 16; c++)
+                    r[c] = c < nw ? _mm512_maskz_loadu_epi16(km, b + (j0 + g * 16 + c) * ldb + p0 + ch * TK)
+                                  : _mm512_setzero_si512();
+                transpose16(r);
+                for (int q = 0; q < 16; q++) _mm512_store_si512(dst + q * TK, r[q]);
+                continue;
+            }
+            for (int q = 0; q < 16; q++) {
+                int k0 = 2 * q;
+                const uint16_t *s = b + (p0 + ch * TK + k0) * ldb + j0 + g * 16;
+                _mm512_store_si512(dst + q * TK, pair_rows(k0 < kw ? s : NULL, k0 + 1 < kw ? s + ldb : NULL, cm));
             }
         }
     }
@@ -126,23 +162,31 @@ AMX_TARGET static void tiles_release(void) { _tile_release(); }
 /* One 32x32 block: acc = A panels (two 16-row groups, nch chunks) x B panels (two 16-column
  * groups); then C[0:mr, 0:nr] = alpha*acc + (accumulate ? C : beta*C). a1/b1 may equal a0/b0
  * when the block has only one group (the extra tile is computed and not stored). */
-AMX_TARGET static void block_kernel(int nch, const uint16_t *a0, const uint16_t *a1, const uint16_t *b0,
-                                    const uint16_t *b1, float *c, int64_t ldc, int mr, int nr, float alpha, float beta,
-                                    int accumulate) {
+AMX_TARGET static void block_kernel(int nch, const uint16_t *a0, const uint16_t *a1, int64_t a_stride,
+                                    int64_t a_chunk, const uint16_t *b0, const uint16_t *b1, float *c, int64_t ldc,
+                                    int mr, int nr, float alpha, float beta, int accumulate) {
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
     _tile_zero(3);
     for (int ch = 0; ch < nch; ch++) {
         int64_t off = (int64_t)ch * 16 * TK;
-        _tile_loadd(4, a0 + off, 64);
-        _tile_loadd(5, a1 + off, 64);
+        _tile_loadd(4, a0 + ch * a_chunk, a_stride);
+        _tile_loadd(5, a1 + ch * a_chunk, a_stride);
         _tile_loadd(6, b0 + off, 64);
         _tile_loadd(7, b1 + off, 64);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
+    }
+    if (!accumulate && beta == 0.0f && alpha == 1.0f && mr == BLK && nr == BLK) {
+        /* C = acc exactly (1 * x is x): the tiles go straight to C */
+        _tile_stored(0, c, ldc * 4);
+        _tile_stored(1, c + 16, ldc * 4);
+        _tile_stored(2, c + 16 * ldc, ldc * 4);
+        _tile_stored(3, c + 16 * ldc + 16, ldc * 4);
+        return;
     }
     float acc[BLK][BLK] __attribute__((aligned(64)));
     _tile_stored(0, &acc[0][0], BLK * 4);
@@ -169,7 +213,11 @@ AMX_TARGET static void block_kernel(int nch, const uint16_t *a0, const uint16_t 
 /* One thread's share: rows [i_begin, i_end) x columns [j_begin, j_end) of C. */
 static void gemm_block(int trans_a, int trans_b, int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end,
                        int64_t k, float alpha, const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
-                       float beta, float *c, int64_t ldc, uint16_t *ap, uint16_t *bp) {
+                       float beta, float *c, int64_t ldc, uint16_t *ap, uint16_t *bp, const mr_gemm_args *g) {
+    /* the op's epilogue on each 64-row block as soon as its last k block is in, while it is in
+     * cache: when this share is whole rows of C (one NC block) */
+    const mr_gemm_epi *epi = g->epi;
+    int fuse = epi && j_begin == 0 && j_end == g->n && g->n <= NC && ldc == g->n;
     /* k blocks of equal size, independent of the share (the k order of each element is fixed) */
     const int64_t kblocks = (k + KC - 1) / KC;
     int64_t kstep = (k + kblocks - 1) / kblocks;
@@ -183,36 +231,51 @@ static void gemm_block(int trans_a, int trans_b, int64_t i_begin, int64_t i_end,
             pack_b(trans_b, b, ldb, p0, j0, kc, nc, bp);
             for (int64_t i0 = i_begin; i0 < i_end; i0 += MC) {
                 int mc = (int)(i_end - i0 < MC ? i_end - i0 : MC);
-                pack_a(trans_a, a, lda, i0, p0, mc, kc, ap);
+                /* A untransposed, whole rows and k chunks: the tiles load straight from A (its rows
+                 * are the tile rows), no packing; else packed with zero padding */
+                int direct = !trans_a && mc == MC && kc % TK == 0;
+                if (!direct) pack_a(trans_a, a, lda, i0, p0, mc, kc, ap);
                 for (int jr = 0; jr < nc; jr += BLK) {
                     int nr = nc - jr < BLK ? nc - jr : BLK;
                     const uint16_t *b0 = bp + (int64_t)(jr / 16) * tile_elems;
                     const uint16_t *b1 = nr > 16 ? b0 + tile_elems : b0;
                     for (int ir = 0; ir < mc; ir += BLK) {
                         int mr = mc - ir < BLK ? mc - ir : BLK;
-                        const uint16_t *a0 = ap + (int64_t)(ir / 16) * tile_elems;
-                        const uint16_t *a1 = mr > 16 ? a0 + tile_elems : a0;
-                        block_kernel(nch, a0, a1, b0, b1, c + (i0 + ir) * ldc + j0 + jr, ldc, mr, nr, alpha, beta,
-                                     p0 > 0);
+                        const uint16_t *a0, *a1;
+                        int64_t a_stride = 64, a_chunk = 16 * TK;
+                        if (direct) {
+                            a0 = a + (i0 + ir) * lda + p0;
+                            a1 = a0 + 16 * lda;
+                            a_stride = lda * (int64_t)sizeof(uint16_t);
+                            a_chunk = TK;
+                        } else {
+                            a0 = ap + (int64_t)(ir / 16) * tile_elems;
+                            a1 = mr > 16 ? a0 + tile_elems : a0;
+                        }
+                        block_kernel(nch, a0, a1, a_stride, a_chunk, b0, b1, c + (i0 + ir) * ldc + j0 + jr, ldc, mr,
+                                     nr, alpha, beta, p0 > 0);
                     }
                 }
+                if (fuse && p0 + kc >= k) mr_cpu_gemm_epilogue_rows(c, epi->pre, epi->bias, epi->gelu, i0, i0 + mc, g->n);
             }
         }
     }
     tiles_release();
+    if (fuse) __atomic_store_n(g->epi_done, 1, __ATOMIC_RELAXED);
 }
 
 static mr_pack_pool g_pool = MR_PACK_POOL(sizeof(uint16_t) * MC * KC, sizeof(uint16_t) * KC * NC);
 
 static void run_block(const mr_gemm_args *g, int64_t i0, int64_t i1, int64_t j0, int64_t j1, void *ap, void *bp) {
     gemm_block(g->trans_a, g->trans_b, i0, i1, j0, j1, g->k, g->alpha, g->a, g->lda, g->b, g->ldb, g->beta, g->c,
-               g->ldc, ap, bp);
+               g->ldc, ap, bp, g);
 }
 
 static int gemm_amx(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
-                    int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-    mr_gemm_args g = {trans_a, trans_b, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c};
-    return mr_gemm_split(&g, BLK, BLK, &g_pool, run_block);
+                    int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc,
+                    const mr_gemm_epi *epi, int *done) {
+    mr_gemm_args g = {trans_a, trans_b, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c, epi, done};
+    return mr_gemm_split_pref(&g, BLK, BLK, 1, &g_pool, run_block);
 }
 
 /* ---- the probe -------------------------------------------------------------------------------- */
@@ -269,7 +332,7 @@ static int self_test(void) {
                 ref[i * N + j] = 2.0f * s + 1.0f;
                 c[i * N + j] = 1.0f;
             }
-        mr_gemm_args g = {ta, tb, M, N, K, 2.0f, 1.0f, a, b, ta ? M : K, tb ? K : N, N, c};
+        mr_gemm_args g = {ta, tb, M, N, K, 2.0f, 1.0f, a, b, ta ? M : K, tb ? K : N, N, c, NULL, NULL};
         if (!mr_gemm_split(&g, BLK, BLK, &g_pool, run_block)) return 0;
         if (memcmp(c, ref, sizeof c)) return 0;
     }
@@ -296,8 +359,16 @@ int mr_cpu_amx_bf16_usable(void) {
     return g_amx_ok;
 }
 
+int mr_cpu_gemm_bf16_amx_epi(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                             const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
+                             int64_t ldc, const mr_gemm_epi *epi, int *done) {
+    int dummy = 0;
+    *(done ? done : &dummy) = 0;
+    if (!mr_cpu_amx_bf16_usable()) return 0;
+    return gemm_amx(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, done ? epi : NULL, done);
+}
+
 int mr_cpu_gemm_bf16_amx(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
                          int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-    if (!mr_cpu_amx_bf16_usable()) return 0;
-    return gemm_amx(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return mr_cpu_gemm_bf16_amx_epi(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, NULL, NULL);
 }

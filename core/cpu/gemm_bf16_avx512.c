@@ -223,7 +223,7 @@ static void run_block(const mr_gemm_args *g, int64_t i0, int64_t i1, int64_t j0,
 static int gemm_bf16_avx512(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                             const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
                             int64_t ldc) {
-    mr_gemm_args g = {trans_a, trans_b, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c};
+    mr_gemm_args g = {trans_a, trans_b, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c, NULL, NULL};
     return mr_gemm_split(&g, MR, NR, &g_pool, run_block);
 }
 
@@ -301,7 +301,14 @@ const char *mr_cpu_gemm_bf16_provider(void) {
 
 mr_status mr_cpu_gemm_bf16(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
                            int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    return mr_cpu_gemm_bf16_epi(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, NULL, NULL);
+}
+
+mr_status mr_cpu_gemm_bf16_epi(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                               const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c,
+                               int64_t ldc, const mr_gemm_epi *epi, int *done) {
     pthread_once(&g_once, choose);
+    if (done) *done = 0;
     if (m <= 0 || n <= 0) return MR_OK;
     if (k <= 0) {
         /* C = beta*C; beta == 0 overwrites (NaN garbage in C does not survive) */
@@ -309,7 +316,7 @@ mr_status mr_cpu_gemm_bf16(int trans_a, int trans_b, int64_t m, int64_t n, int64
             for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
         return MR_OK;
     }
-    if (g_use_amx && mr_cpu_gemm_bf16_amx(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+    if (g_use_amx && mr_cpu_gemm_bf16_amx_epi(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, epi, done))
         return MR_OK;
     if (g_use_kernel && gemm_bf16_avx512(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return MR_OK;
     return mr_cpu_gemm_half_via_f32(0, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

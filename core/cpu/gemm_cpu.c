@@ -341,10 +341,12 @@ void mr_cpu_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, flo
 /* One GEMM in the op's dtypes: f32, or bf16/f16 inputs with an f32 C (void pointers: A and B
  * are float or uint16_t by dt). */
 static mr_status gemm_one(mr_dtype dt, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const void *A,
-                          int64_t lda, const void *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+                          int64_t lda, const void *B, int64_t ldb, float beta, float *C, int64_t ldc,
+                          const mr_gemm_epi *epi, int *epi_done) {
+    *epi_done = 0;
     switch (dt) {
     case MR_F32: mr_cpu_sgemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc); return MR_OK;
-    case MR_BF16: return mr_cpu_gemm_bf16(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    case MR_BF16: return mr_cpu_gemm_bf16_epi(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, epi, epi_done);
     default: return mr_cpu_gemm_half_via_f32(1, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
     }
 }
@@ -378,6 +380,10 @@ static mr_status gemm_one(mr_dtype dt, int ta, int tb, int64_t m, int64_t n, int
 
 DEFINE_EPILOGUE_ROWS(def, )
 DEFINE_EPILOGUE_ROWS(512, __attribute__((target("avx512f"))))
+
+void mr_cpu_gemm_epilogue_rows(float *C, float *pre, const float *bias, int gelu, int64_t r0, int64_t r1, int64_t n) {
+    (mr_cpu_caps_get()->avx512f ? epilogue_rows_512 : epilogue_rows_def)(C, pre, bias, gelu, r0, r1, n);
+}
 
 /* Rows of work below which the epilogue stays on the calling thread (thread start-up costs more). */
 #define EPI_PAR_MIN 32768
@@ -446,12 +452,15 @@ mr_status mr_gemm_fwd_cpu(const mr_op_args *a) {
     float alpha = (float)p->alpha, beta = (float)p->beta;
     /* pre (out[1]) has C's dtype, f32 here; NULL when absent */
     float *P = a->out[1].data;
-    int epi = a->in[2].data || p->epilogue != MR_GEMM_EPI_NONE;
+    int epi = a->in[2].data || p->epilogue != MR_GEMM_EPI_NONE, done = 0;
+    /* the epilogue for a kernel that folds it in (bf16 on AMX; same bits as the separate pass) */
+    mr_gemm_epi fold = {a->in[2].data, P, p->epilogue == MR_GEMM_EPI_GELU};
+    const mr_gemm_epi *ep = epi ? &fold : NULL;
     if (m * n == 0) return MR_OK;
     if (b_shared && !p->trans_a) {
         /* A shared B: fold the batch into M (one large GEMM instead of many small ones). */
-        mr_status st = gemm_one(dt, 0, p->trans_b, batch * m, n, k, alpha, A, lda, B, ldb, beta, C, n);
-        if (st == MR_OK && epi) gemm_epilogue(a, C, P, batch * m, n, 1);
+        mr_status st = gemm_one(dt, 0, p->trans_b, batch * m, n, k, alpha, A, lda, B, ldb, beta, C, n, ep, &done);
+        if (st == MR_OK && epi && !done) gemm_epilogue(a, C, P, batch * m, n, 1);
         return st;
     }
     /* Many small GEMMs (attention: batch*heads of TxD by DxT) are shared out whole, one per
@@ -466,11 +475,14 @@ mr_status mr_gemm_fwd_cpu(const mr_op_args *a) {
         int failed = 0;
 #pragma omp parallel for schedule(static)
         for (int64_t bi = 0; bi < batch; bi++) {
+            int fused = 0;
+            mr_gemm_epi fb = {fold.bias, P ? P + bi * m * n : NULL, fold.gelu};
             if (gemm_one(dt, p->trans_a, p->trans_b, m, n, k, alpha, A + (size_t)(bi * m * k) * es, lda,
-                         B + (size_t)(b_shared ? 0 : bi * k * n) * es, ldb, beta, C + bi * m * n, n) != MR_OK) {
+                         B + (size_t)(b_shared ? 0 : bi * k * n) * es, ldb, beta, C + bi * m * n, n,
+                         epi ? &fb : NULL, &fused) != MR_OK) {
 #pragma omp atomic write
                 failed = 1;
-            } else if (epi) {
+            } else if (epi && !fused) {
                 gemm_epilogue(a, C + bi * m * n, P ? P + bi * m * n : NULL, m, n, 0);
             }
         }
@@ -478,10 +490,12 @@ mr_status mr_gemm_fwd_cpu(const mr_op_args *a) {
         if (failed) return mr_set_error(MR_ERR_NOMEM, "gemm: out of memory for %s packing buffers", mr_dtype_name(dt));
     } else {
         for (int64_t bi = 0; bi < batch; bi++) {
+            mr_gemm_epi fb = {fold.bias, P ? P + bi * m * n : NULL, fold.gelu};
             mr_status st = gemm_one(dt, p->trans_a, p->trans_b, m, n, k, alpha, A + (size_t)(bi * m * k) * es, lda,
-                                    B + (size_t)(b_shared ? 0 : bi * k * n) * es, ldb, beta, C + bi * m * n, n);
+                                    B + (size_t)(b_shared ? 0 : bi * k * n) * es, ldb, beta, C + bi * m * n, n,
+                                    epi ? &fb : NULL, &done);
             if (st != MR_OK) return st;
-            if (epi) gemm_epilogue(a, C + bi * m * n, P ? P + bi * m * n : NULL, m, n, 1);
+            if (epi && !done) gemm_epilogue(a, C + bi * m * n, P ? P + bi * m * n : NULL, m, n, 1);
         }
     }
     return MR_OK;

@@ -59,6 +59,11 @@ static void release(mr_pack_pool *p, mr_pack_bufs *b) {
 }
 
 int mr_gemm_split(const mr_gemm_args *g, int64_t row_unit, int64_t col_unit, mr_pack_pool *pool, mr_gemm_block_fn block) {
+    return mr_gemm_split_pref(g, row_unit, col_unit, 0, pool, block);
+}
+
+int mr_gemm_split_pref(const mr_gemm_args *g, int64_t row_unit, int64_t col_unit, int prefer_rows, mr_pack_pool *pool,
+                       mr_gemm_block_fn block) {
     int nthreads = 1;
 #ifdef _OPENMP
     /* inside any parallel region, active or not (an if clause that came out false), stay on this
@@ -69,6 +74,7 @@ int mr_gemm_split(const mr_gemm_args *g, int64_t row_unit, int64_t col_unit, mr_
     if ((double)g->m * (double)g->n * (double)g->k < 2e6) nthreads = 1;
     int64_t col_units = (g->n + col_unit - 1) / col_unit, row_units = (g->m + row_unit - 1) / row_unit;
     int split_cols = col_units >= (int64_t)nthreads * 2 || col_units >= row_units;
+    if (prefer_rows && row_units >= (int64_t)nthreads * 2 && g->m >= g->n) split_cols = 0;
     int64_t units = split_cols ? col_units : row_units;
     if (units < nthreads) nthreads = (int)units;
     if (nthreads <= 1) {

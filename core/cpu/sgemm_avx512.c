@@ -332,7 +332,7 @@ static int coop_gemm(const mr_gemm_args *g) {
 int mr_cpu_sgemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                         int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
     if (m <= 0 || n <= 0 || k <= 0) return 0; /* the caller handles the degenerate cases */
-    mr_gemm_args g = {trans_a, trans_b, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c};
+    mr_gemm_args g = {trans_a, trans_b, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c, NULL, NULL};
     if (coop_gemm(&g)) return 1;
     return mr_gemm_split(&g, MR, NR, &g_pool, run_block);
 }

@@ -2,7 +2,8 @@
  * kernel where the CPU has it), each kernel called directly (skipped where unavailable) and the
  * portable widen-to-f32 path against the f64 reference on the same
  * bf16-rounded inputs: transposes, batching, shared B, alpha/beta, odd sizes (odd K pads a pair),
- * k = 0; 1 vs 2 threads bit-identical; the dtype rule's errors. */
+ * k = 0, the GPT's shapes; 1 vs 2 (kernels: vs 2 and 4) threads bit-identical; transposed operands
+ * bit-identical to explicit copies; the dtype rule's errors. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -116,6 +117,11 @@ static const gemm_case g_cases[] = {
     {4, 16, 8, 32, 0, 1, 1, 1.0, 0.0},      {4, 16, 8, 33, 1, 0, 1, 1.0, 1.0},
     {2, 19, 23, 31, 0, 0, 1, -1.5, 2.0},    {2, 64, 64, 4096, 0, 0, 0, 1.0, 0.0},
     {1, 300, 200, 100, 1, 1, 0, 1.0, 0.0},  {1, 129, 257, 0, 0, 0, 0, 1.0, 0.5},
+    /* the GPT's (bench/bench_models.c) with fewer rows: x W^T, dy W, dW = dy^T x with K over the
+     * kernels' k block, the attention's per-head products */
+    {1, 200, 384, 128, 0, 1, 0, 1.0, 0.0},  {1, 200, 128, 512, 0, 0, 0, 1.0, 0.0},
+    {1, 384, 128, 1100, 1, 0, 0, 1.0, 0.0}, {1, 128, 32, 128, 1, 0, 0, 1.0, 0.0},
+    {1, 128, 128, 32, 0, 1, 0, 0.125, 0.0}, {1, 77, 50, 129, 1, 1, 0, 1.0, 0.0},
 };
 
 static void test_bf16_gemm_vs_ref(void **state) {
@@ -175,33 +181,72 @@ static void test_bf16_gemm_vdpbf16ps(void **state) {
     run_kernel_cases(VIA_VDPBF16PS, "vdpbf16ps");
 }
 
-/* 1 and 2 threads give the same bits for each kernel called directly. */
-static void test_bf16_gemm_kernels_thread_invariant(void **state) {
+/* The kernels transpose an operand while packing it (gemm_bf16_amx.c: in registers): a transposed
+ * operand must give the same bits as the untransposed product on an explicit copy (the k order of
+ * every element is the same), on edge shapes in m, n and k. */
+static void test_bf16_gemm_kernels_transpose_exact(void **state) {
     (void)state;
-    const int64_t shapes[][3] = {{256, 1024, 784}, {1000, 30, 501}, {37, 2000, 65}, {300, 300, 1100}};
+    const int64_t shapes[][3] = {{47, 61, 99}, {384, 128, 1100}, {128, 32, 128}, {17, 33, 31}, {1, 1, 1}};
     for (int path = VIA_AMX; path <= VIA_VDPBF16PS; path++) {
         if (path == VIA_AMX ? !mr_cpu_amx_bf16_usable() : !have_vdpbf16ps()) continue;
         int (*kern)(int, int, int64_t, int64_t, int64_t, float, const uint16_t *, int64_t, const uint16_t *, int64_t,
                     float, float *, int64_t) = path == VIA_AMX ? mr_cpu_gemm_bf16_amx : mr_cpu_gemm_bf16_vdpbf16ps;
-        for (int s = 0; s < 4; s++)
+        for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+            int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+            uint16_t *a = th_alloc(sizeof(uint16_t) * (size_t)(m * k)), *at = th_alloc(sizeof(uint16_t) * (size_t)(m * k));
+            uint16_t *b = th_alloc(sizeof(uint16_t) * (size_t)(n * k)), *bt = th_alloc(sizeof(uint16_t) * (size_t)(n * k));
+            double *tmp = th_alloc(sizeof(double) * (size_t)((m > n ? m : n) * k));
+            fill_half(MR_BF16, a, tmp, m * k, 31 + (uint64_t)s);
+            fill_half(MR_BF16, b, tmp, n * k, 41 + (uint64_t)s);
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t p = 0; p < k; p++) at[p * m + i] = a[i * k + p]; /* A^T (k,m) */
+            for (int64_t p = 0; p < k; p++)
+                for (int64_t j = 0; j < n; j++) bt[j * k + p] = b[p * n + j]; /* B^T (n,k) */
+            float *c0 = th_alloc(sizeof(float) * (size_t)(m * n)), *c1 = th_alloc(sizeof(float) * (size_t)(m * n));
+            assert_int_equal(kern(0, 0, m, n, k, 1.0f, a, k, b, n, 0.0f, c0, n), 1);
+            for (int t = 1; t < 4; t++) {
+                int ta = t & 1, tb = t >> 1;
+                assert_int_equal(kern(ta, tb, m, n, k, 1.0f, ta ? at : a, ta ? m : k, tb ? bt : b, tb ? k : n, 0.0f,
+                                      c1, n),
+                                 1);
+                if (memcmp(c0, c1, sizeof(float) * (size_t)(m * n)))
+                    fail_msg("%s m%lld n%lld k%lld ta%d tb%d: transposed operands change the bits",
+                             path == VIA_AMX ? "amx" : "vdpbf16ps", (long long)m, (long long)n, (long long)k, ta, tb);
+            }
+            th_free_all();
+        }
+    }
+}
+
+/* 1, 2 and 4 threads give the same bits for each kernel called directly. */
+static void test_bf16_gemm_kernels_thread_invariant(void **state) {
+    (void)state;
+    const int64_t shapes[][3] = {{256, 1024, 784}, {1000, 30, 501}, {37, 2000, 65}, {300, 300, 1100},
+                                 {4096, 128, 384}, {384, 128, 4096}, {128, 128, 32}};
+    for (int path = VIA_AMX; path <= VIA_VDPBF16PS; path++) {
+        if (path == VIA_AMX ? !mr_cpu_amx_bf16_usable() : !have_vdpbf16ps()) continue;
+        int (*kern)(int, int, int64_t, int64_t, int64_t, float, const uint16_t *, int64_t, const uint16_t *, int64_t,
+                    float, float *, int64_t) = path == VIA_AMX ? mr_cpu_gemm_bf16_amx : mr_cpu_gemm_bf16_vdpbf16ps;
+        for (int s = 0; s < (int)(sizeof shapes / sizeof *shapes); s++)
             for (int t = 0; t < 4; t++) {
                 int ta = t & 1, tb = t >> 1;
                 int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
                 uint16_t *a = th_alloc(sizeof(uint16_t) * (size_t)(m * k));
                 uint16_t *b = th_alloc(sizeof(uint16_t) * (size_t)(n * k));
-                float *c[2];
+                float *c[3];
                 double *tmp = th_alloc(sizeof(double) * (size_t)((m > n ? m : n) * k));
                 fill_half(MR_BF16, a, tmp, m * k, 71 + (uint64_t)s);
                 fill_half(MR_BF16, b, tmp, n * k, 81 + (uint64_t)s);
                 int saved = mr_cpu_threads();
-                for (int nt = 0; nt < 2; nt++) {
+                for (int nt = 0; nt < 3; nt++) {
                     c[nt] = th_alloc(sizeof(float) * (size_t)(m * n));
                     th_fill_uniform_f32(c[nt], m * n, -1.0f, 1.0f, 5);
-                    mr_cpu_set_threads(nt + 1);
+                    mr_cpu_set_threads(1 << nt);
                     assert_int_equal(kern(ta, tb, m, n, k, 0.5f, a, ta ? m : k, b, tb ? k : n, 0.25f, c[nt], n), 1);
                 }
                 mr_cpu_set_threads(saved);
                 assert_memory_equal(c[0], c[1], sizeof(float) * (size_t)(m * n));
+                assert_memory_equal(c[0], c[2], sizeof(float) * (size_t)(m * n));
                 th_free_all();
             }
     }
@@ -275,6 +320,76 @@ static void test_bf16_gemm_thread_invariant(void **state) {
     }
 }
 
+/* The op's bias/GELU epilogue with bf16 inputs: the AMX kernel folds it into its row blocks when
+ * each thread's share is whole rows of a C at most 512 wide (gemm_bf16_amx.c), else the op runs it
+ * as a pass after the GEMM. Either way the bits must be the plain kernel's followed by the epilogue
+ * pass (mr_cpu_gemm_epilogue_rows), the same for 1, 2 and 4 threads, and the f64 reference's to
+ * bf16 GEMM tolerances. Shapes: the GPT's linear layers with fewer rows (folded), a C wider than
+ * 512 (not folded), a batched A over a shared B (the batch folded into rows). */
+static void test_bf16_gemm_epilogue(void **state) {
+    (void)state;
+    const int64_t shapes[][4] = {{1, 300, 128, 128}, {1, 200, 384, 128}, {1, 130, 512, 512}, {1, 64, 600, 96},
+                                 {3, 70, 96, 64}};
+    for (int s = 0; s < 5; s++)
+        for (int variant = 0; variant < 3; variant++) {
+            /* 0: bias, 1: bias + GELU, 2: bias + GELU + pre */
+            int64_t bt = shapes[s][0], m = shapes[s][1], n = shapes[s][2], k = shapes[s][3], rows = bt * m;
+            int gelu = variant > 0, keep_pre = variant == 2;
+            mr_op_args a, r;
+            mr_op_args_init(&a, MR_OP_GEMM);
+            a.p.gemm = (mr_gemm_params){0, 1, 1.0, 0.0, gelu ? MR_GEMM_EPI_GELU : MR_GEMM_EPI_NONE, 0};
+            r = a;
+            mr_shape sa = mat(bt, m, k, bt > 1), sb = mr_shape_2d(n, k), sc = mat(bt, m, n, bt > 1);
+            a.in[0] = th_view(MR_BF16, sa);
+            a.in[1] = th_view(MR_BF16, sb);
+            a.in[2] = th_view(MR_F32, mr_shape_1d(n));
+            a.out[0] = th_view(MR_F32, sc);
+            r.in[0] = th_view(MR_F64, sa);
+            r.in[1] = th_view(MR_F64, sb);
+            r.in[2] = th_view(MR_F64, mr_shape_1d(n));
+            r.out[0] = th_view(MR_F64, sc);
+            if (keep_pre) {
+                a.out[1] = th_view(MR_F32, sc);
+                r.out[1] = th_view(MR_F64, sc);
+            }
+            fill_half(MR_BF16, a.in[0].data, r.in[0].data, rows * k, 510 + (uint64_t)s);
+            fill_half(MR_BF16, a.in[1].data, r.in[1].data, n * k, 520 + (uint64_t)s);
+            th_fill_uniform_f32(a.in[2].data, n, -1.0f, 1.0f, 530 + (uint64_t)s);
+            th_f32_to_f64(a.in[2].data, r.in[2].data, n);
+            MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &a));
+            MR_ASSERT_OK(mr_op_run_ref(&r));
+            /* the plain kernel, then the epilogue pass over all rows */
+            float *c = th_alloc(sizeof(float) * (size_t)(rows * n)), *pre = th_alloc(sizeof(float) * (size_t)(rows * n));
+            MR_ASSERT_OK(mr_cpu_gemm_bf16(0, 1, rows, n, k, 1.0f, a.in[0].data, k, a.in[1].data, k, 0.0f, c, n));
+            mr_cpu_gemm_epilogue_rows(c, keep_pre ? pre : NULL, a.in[2].data, gelu, 0, rows, n);
+            char what[160];
+            snprintf(what, sizeof what, "bf16 gemm epilogue b%lld m%lld n%lld k%lld gelu%d pre%d", (long long)bt,
+                     (long long)m, (long long)n, (long long)k, gelu, keep_pre);
+            if (memcmp(c, a.out[0].data, sizeof(float) * (size_t)(rows * n)))
+                fail_msg("%s: C differs from the plain kernel followed by the epilogue pass", what);
+            if (keep_pre && memcmp(pre, a.out[1].data, sizeof(float) * (size_t)(rows * n)))
+                fail_msg("%s: pre differs from the plain kernel followed by the epilogue pass", what);
+            assert_true(th_compare(what, a.out[0].data, MR_F32, r.out[0].data, rows * n, atol_for(k),
+                                   TOL_BF16_GEMM_RTOL, TOL_BF16_GEMM_NMSE));
+            if (keep_pre)
+                assert_true(th_compare(what, a.out[1].data, MR_F32, r.out[1].data, rows * n, atol_for(k),
+                                       TOL_BF16_GEMM_RTOL, TOL_BF16_GEMM_NMSE));
+            th_check_thread_invariant(&a);
+            /* 4 threads too */
+            float *c4 = th_alloc(sizeof(float) * (size_t)(rows * n));
+            int saved = mr_cpu_threads();
+            mr_cpu_set_threads(4);
+            mr_op_args a4 = a;
+            a4.out[0].data = c4;
+            if (keep_pre) a4.out[1].data = pre;
+            MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &a4));
+            mr_cpu_set_threads(saved);
+            if (memcmp(c4, a.out[0].data, sizeof(float) * (size_t)(rows * n)))
+                fail_msg("%s: 4 threads give other bits than %d", what, saved);
+            th_free_all();
+        }
+}
+
 static void expect_invalid(mr_op_args *a, const char *needle) {
     assert_int_equal(mr_op_run(MR_DEVICE_CPU, a), MR_ERR_INVALID);
     assert_non_null(strstr(mr_last_error(), "gemm"));
@@ -332,6 +447,7 @@ int main(void) {
         cmocka_unit_test(test_bf16_gemm_thread_invariant), cmocka_unit_test(test_bf16_gemm_errors),
         cmocka_unit_test(test_bf16_gemm_amx),             cmocka_unit_test(test_bf16_gemm_vdpbf16ps),
         cmocka_unit_test(test_bf16_gemm_kernels_thread_invariant),
+        cmocka_unit_test(test_bf16_gemm_kernels_transpose_exact), cmocka_unit_test(test_bf16_gemm_epilogue),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

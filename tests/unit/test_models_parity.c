@@ -23,6 +23,7 @@
 
 #include "harness.h"
 #include "autodiff/graph.h"
+#include "autodiff/graph_impl.h"
 #include "autodiff/nn.h"
 #include "launch/config.h"
 #include "models/models.h"
@@ -217,7 +218,21 @@ typedef struct tols {
 
 /* ---- one model, one dtype ------------------------------------------------------------------------ */
 
-static void parity(const char *model, const mr_model_cfg *cfg, int64_t batch, mr_dtype dt, tols tol) {
+/* The GEMM nodes of g with bf16 operands, and all of them (mixed precision: which ran in bf16). */
+static void count_gemms(const mr_graph *g, int *bf16, int *all) {
+    *bf16 = *all = 0;
+    for (int32_t i = 0; i < g->nnodes; i++) {
+        const mr_gnode *nd = &g->nodes[i];
+        if (nd->op != MR_OP_GEMM) continue;
+        (*all)++;
+        *bf16 += g->vals[nd->in[0]].dtype == MR_BF16 && g->vals[nd->in[1]].dtype == MR_BF16;
+    }
+}
+
+/* compute: MR_BF16 runs the f32 model under mixed_bfloat16 (mr_nn.compute) against torch's f32
+ * numbers; else dt's own precision. */
+static void parity_compute(const char *model, const mr_model_cfg *cfg, int64_t batch, mr_dtype dt, mr_dtype compute,
+                           tols tol) {
     char file[64];
     snprintf(file, sizeof file, "%s.bin", model);
     fx_file fx = fx_load(file);
@@ -232,12 +247,13 @@ static void parity(const char *model, const mr_model_cfg *cfg, int64_t batch, mr
     nn.g = g;
     nn.ps = ps;
     nn.dtype = dt;
+    nn.compute = compute;
     mr_model_io io;
     MR_ASSERT_OK(mr_model_build(&nn, cfg, batch, &io));
 
     /* names and shapes must map 1:1 */
     char what[64];
-    snprintf(what, sizeof what, "%s %s", model, tag);
+    snprintf(what, sizeof what, "%s %s%s", model, tag, compute == MR_BF16 ? " mixed bf16" : "");
     check_map(what, ps, &fx, "");
     const int np = mr_params_count(ps);
 
@@ -250,6 +266,13 @@ static void parity(const char *model, const mr_model_cfg *cfg, int64_t batch, mr
         assert_int_equal(mr_graph_kind(g, params[i]), MR_VAL_PARAM);
     }
     mr_status gst = mr_graph_grad(g, io.loss, params, np, grads);
+    if (compute == MR_BF16 && gst == MR_OK) {
+        int nbf = 0, nall = 0;
+        count_gemms(g, &nbf, &nall);
+        printf("%s mixed bf16: %d of %d GEMMs in bf16\n", model, nbf, nall);
+        /* the GPT: all but the tied head's three (f32: its weight is the embedding's) */
+        if (cfg->type == MR_MODEL_GPT) assert_int_equal(nbf, nall - 3);
+    }
     char grad_err[1024] = "";
     if (gst != MR_OK) /* keep going: the forward parity is still checked and reported */
         snprintf(grad_err, sizeof grad_err, "%s: %s", mr_status_name(gst), mr_last_error());
@@ -334,6 +357,10 @@ static void parity(const char *model, const mr_model_cfg *cfg, int64_t batch, mr
     assert_true(ok);
 }
 
+static void parity(const char *model, const mr_model_cfg *cfg, int64_t batch, mr_dtype dt, tols tol) {
+    parity_compute(model, cfg, batch, dt, dt, tol);
+}
+
 /* ---- the models (shapes as in gen_fixtures.py) --------------------------------------------------- */
 
 static mr_model_cfg mlp_cfg(void) {
@@ -402,6 +429,15 @@ static void test_gpt_f32(void **state) {
     (void)state;
     mr_model_cfg c = gpt_cfg();
     parity("gpt", &c, 2, MR_F32, F32_TOLS);
+}
+/* mixed_bfloat16 on the CPU: every GEMM but the tied head's in bf16, the linear layers' and the
+ * attention's (autodiff/nn.c), against torch's f32 numbers with bf16's tolerances */
+static void test_gpt_mixed_bf16(void **state) {
+    (void)state;
+    mr_model_cfg c = gpt_cfg();
+    const tols t = {TOL_PARITY_BF16_ATOL, TOL_PARITY_BF16_RTOL, TOL_PARITY_BF16_NMSE,
+                    TOL_PARITY_BF16_GRAD_ATOL, TOL_PARITY_BF16_GRAD_RTOL, TOL_PARITY_BF16_GRAD_NMSE};
+    parity_compute("gpt", &c, 2, MR_F32, MR_BF16, t);
 }
 
 /* ---- the layer graph (tests/fixtures/graph.bin) -------------------------------------------------- */
@@ -616,6 +652,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp_f64), cmocka_unit_test(test_mlp_f32), cmocka_unit_test(test_cnn_f64),
         cmocka_unit_test(test_cnn_f32), cmocka_unit_test(test_gpt_f64), cmocka_unit_test(test_gpt_f32),
+        cmocka_unit_test(test_gpt_mixed_bf16),
         cmocka_unit_test(test_graph_train_f64), cmocka_unit_test(test_graph_eval_f64),
         cmocka_unit_test(test_graph_train_f32), cmocka_unit_test(test_graph_eval_f32),
     };
