@@ -12,12 +12,6 @@
  *    count. Inside an enclosing OpenMP parallel region it runs on the calling thread alone.
  *  - packing buffers come from a process-wide pool (one set per concurrent caller thread), so
  *    steady-state calls do not allocate.
- *  - large GEMMs on several threads pack cooperatively (coop_gemm): the threads pack one shared
- *    B panel (KC x NC_CO, 2 MiB: in L2/L3) between two barriers, then split the ROWS of C, each
- *    packing only its own A blocks. Split by columns, every thread packed all of A once per NC
- *    columns it owned (at 2048^3 on 2 threads, A twice per thread). The per-element arithmetic
- *    (KC blocks in order, the same micro-kernel) is the split path's, so the bits are the same
- *    with any thread count and either path (MIRROR_GEMM_COOP=0 turns it off, for comparisons).
  * Used only where mr_cpu_caps_get() reports AVX-512F (gemm_cpu.c selects it). */
 #include "core/cpu/cpu_impl.h"
 
@@ -29,7 +23,7 @@
 #include <omp.h>
 #endif
 
-enum { MR = 14, NR = 32, KC = 256, MC = 168, NC = 512, NC_CO = 2048 };
+enum { MR = 14, NR = 32, KC = 256, MC = 168, NC = 512 };
 
 /* Packing buffers come from a process-wide pool: a call takes one set per thread and gives it
  * back, so concurrent callers (OpenMP teams, replica threads, loader threads) never share one,
@@ -226,113 +220,9 @@ static void run_block(const mr_gemm_args *g, int64_t i0, int64_t i1, int64_t j0,
                g->ldc, ap, bp);
 }
 
-/* ---- cooperative packing (large GEMMs, several threads) ---------------------------------------- */
-
-enum { COOP_MAX_TEAM = 64 };
-/* The shared B panel and one A block per thread: one set for the process, taken with trylock (a
- * concurrent caller uses the split path: same bits), grown on first use, freed at exit. */
-static struct {
-    pthread_mutex_t mu;
-    float *b;
-    float *a[COOP_MAX_TEAM];
-    int na;
-} g_coop = {PTHREAD_MUTEX_INITIALIZER, NULL, {NULL}, 0};
-
-__attribute__((destructor)) static void coop_free(void) {
-    free(g_coop.b);
-    for (int t = 0; t < g_coop.na; t++) free(g_coop.a[t]);
-    g_coop.b = NULL;
-    g_coop.na = 0;
-}
-
-/* Buffers for nt threads (g_coop.mu held); 0 when out of memory. */
-static int coop_reserve(int nt) {
-    if (!g_coop.b) g_coop.b = aligned_alloc(64, sizeof(float) * KC * NC_CO);
-    while (g_coop.b && g_coop.na < nt) {
-        float *p = aligned_alloc(64, sizeof(float) * MC * KC);
-        if (!p) return 0;
-        g_coop.a[g_coop.na++] = p;
-    }
-    return g_coop.b != NULL;
-}
-
-/* Threads for the cooperative path (0: use the split path): big enough that every thread gets
- * whole MC blocks of rows and the panels span many columns. */
-static int coop_threads(const mr_gemm_args *g) {
-    int nt = 1;
-#ifdef _OPENMP
-    if (omp_get_level() == 0) nt = omp_get_max_threads();
-#endif
-    if (nt > COOP_MAX_TEAM) nt = COOP_MAX_TEAM;
-    if (nt < 2 || g->n < 1024 || g->k < 256 || g->m < (int64_t)nt * MC) return 0;
-    const char *env = getenv("MIRROR_GEMM_COOP");
-    if (env && strcmp(env, "0") == 0) return 0;
-    return nt;
-}
-
-/* Thread t of nt: the shared panel's NR-column panels [q0, q1) packed, then rows [i_begin, i_end)
- * of C against it, for each (NC_CO columns, KC block) in the split path's order. */
-static void coop_thread(const mr_gemm_args *g, int t, int nt) {
-    const int64_t m = g->m, n = g->n, k = g->k;
-    const int64_t kblocks = (k + KC - 1) / KC, kstep = (k + kblocks - 1) / kblocks; /* as gemm_block */
-    const int64_t row_units = (m + MR - 1) / MR;
-    const int64_t i_begin = row_units * t / nt * MR, i_end_u = row_units * (t + 1) / nt * MR;
-    const int64_t i_end = i_end_u < m ? i_end_u : m;
-    float *ap = g_coop.a[t], *bp = g_coop.b;
-    const float *a = g->a, *b = g->b;
-    float *c = g->c;
-    for (int64_t j0 = 0; j0 < n; j0 += NC_CO) {
-        const int nc = (int)(n - j0 < NC_CO ? n - j0 : NC_CO);
-        const int64_t panels = (nc + NR - 1) / NR, q0 = panels * t / nt, q1 = panels * (t + 1) / nt;
-        for (int64_t p0 = 0; p0 < k; p0 += kstep) {
-            const int kc = (int)(k - p0 < kstep ? k - p0 : kstep);
-#pragma omp barrier /* everyone is done with the previous panel */
-            if (q1 > q0) {
-                const int64_t c0 = q0 * NR, c1 = q1 * NR < nc ? q1 * NR : nc;
-                pack_b(g->trans_b, b, g->ldb, p0, j0 + c0, kc, (int)(c1 - c0), bp + c0 * kc);
-            }
-#pragma omp barrier /* the whole panel is packed */
-            for (int64_t i0 = i_begin; i0 < i_end; i0 += MC) {
-                const int mc = (int)(i_end - i0 < MC ? i_end - i0 : MC);
-                pack_a(g->trans_a, a, g->lda, i0, p0, mc, kc, ap);
-                for (int jr = 0; jr < nc; jr += NR) {
-                    const int nr = nc - jr < NR ? nc - jr : NR;
-                    for (int ir = 0; ir < mc; ir += MR) {
-                        const int mr = mc - ir < MR ? mc - ir : MR;
-                        micro_kernel(kc, ap + (int64_t)ir * kc, bp + (int64_t)jr * kc, c + (i0 + ir) * g->ldc + j0 + jr,
-                                     g->ldc, mr, nr, (float)g->alpha, (float)g->beta, p0 > 0);
-                    }
-                }
-            }
-        }
-    }
-}
-
-/* 1 when it ran (C written), 0 when the split path should (too small, one thread, busy, no memory). */
-static int coop_gemm(const mr_gemm_args *g) {
-    int nt = coop_threads(g);
-    if (nt == 0 || pthread_mutex_trylock(&g_coop.mu) != 0) return 0;
-    int ran = 0;
-    if (coop_reserve(nt)) {
-#pragma omp parallel num_threads(nt)
-        {
-            int t = 0, team = 1;
-#ifdef _OPENMP
-            t = omp_get_thread_num();
-            team = omp_get_num_threads();
-#endif
-            coop_thread(g, t, team); /* a smaller team than asked splits the same way */
-        }
-        ran = 1;
-    }
-    pthread_mutex_unlock(&g_coop.mu);
-    return ran;
-}
-
 int mr_cpu_sgemm_avx512(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                         int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
     if (m <= 0 || n <= 0 || k <= 0) return 0; /* the caller handles the degenerate cases */
     mr_gemm_args g = {trans_a, trans_b, m, n, k, alpha, beta, a, b, lda, ldb, ldc, c, NULL, NULL};
-    if (coop_gemm(&g)) return 1;
     return mr_gemm_split(&g, MR, NR, &g_pool, run_block);
 }

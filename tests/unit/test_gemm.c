@@ -321,58 +321,6 @@ static void test_gemm_thread_invariant(void **state) {
     th_free_all();
 }
 
-/* Large shapes on several threads take the AVX-512 kernel's cooperative path (shared B panels,
- * rows split: core/cpu/sgemm_avx512.c coop_gemm); it must give the split path's bits
- * (MIRROR_GEMM_COOP=0), 1 and 2 threads the same bits, and match the f64 reference. Ragged sizes
- * (m not a multiple of the 14-row micro-tile, n of 32 columns, k of the 256 block) and every
- * transpose; n > 2048 spans two shared panels. */
-static void test_gemm_coop(void **state) {
-    (void)state;
-    const int64_t shapes[][3] = {{1103, 1057, 300}, {400, 2100, 517}};
-    for (int s = 0; s < 2; s++)
-        for (int ta = 0; ta < 2; ta++)
-            for (int tb = 0; tb < 2; tb++) {
-                const int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
-                mr_op_args a;
-                mr_op_args_init(&a, MR_OP_GEMM);
-                a.p.gemm = (mr_gemm_params){ta, tb, 0.75, 0.5, 0, 0};
-                a.in[0] = th_view(MR_F32, ta ? mr_shape_2d(k, m) : mr_shape_2d(m, k));
-                a.in[1] = th_view(MR_F32, tb ? mr_shape_2d(n, k) : mr_shape_2d(k, n));
-                a.out[0] = th_view(MR_F32, mr_shape_2d(m, n));
-                th_fill_uniform_f32(a.in[0].data, m * k, -1, 1, 31);
-                th_fill_uniform_f32(a.in[1].data, n * k, -1, 1, 32);
-                th_fill_uniform_f32(a.out[0].data, m * n, -1, 1, 33); /* beta reads C */
-                const size_t bytes = th_view_bytes(&a.out[0]);
-                float *c0 = th_alloc(bytes), *split = th_alloc(bytes);
-                memcpy(c0, a.out[0].data, bytes);
-                const int saved = mr_cpu_threads();
-                mr_cpu_set_threads(2);
-                setenv("MIRROR_GEMM_COOP", "0", 1);
-                MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &a));
-                memcpy(split, a.out[0].data, bytes);
-                memcpy(a.out[0].data, c0, bytes);
-                unsetenv("MIRROR_GEMM_COOP");
-                MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &a));
-                mr_cpu_set_threads(saved);
-                for (int64_t i = 0; i < m * n; i++)
-                    if (memcmp(&split[i], &((float *)a.out[0].data)[i], sizeof(float)) != 0)
-                        fail_msg("shape %d ta %d tb %d: C[%lld] cooperative %.9g, split %.9g (not bit-identical)", s, ta,
-                                 tb, (long long)i, ((float *)a.out[0].data)[i], split[i]);
-                /* the f64 reference on the same inputs and C */
-                mr_op_args r = th_widen_args(&a);
-                th_f32_to_f64(c0, r.out[0].data, m * n);
-                MR_ASSERT_OK(mr_op_run_ref(&r));
-                char what[96];
-                snprintf(what, sizeof what, "cooperative gemm m%lld n%lld k%lld ta%d tb%d", (long long)m, (long long)n,
-                         (long long)k, ta, tb);
-                assert_true(th_compare(what, a.out[0].data, MR_F32, r.out[0].data, m * n, TOL_F32_REDUCE_ATOL,
-                                       TOL_F32_REDUCE_RTOL, TOL_F32_REDUCE_NMSE));
-                memcpy(a.out[0].data, c0, bytes);
-                th_check_thread_invariant(&a);
-            }
-    th_free_all();
-}
-
 static void test_gemm_provider(void **state) {
     (void)state;
     int threads = mr_cpu_threads();
@@ -392,7 +340,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_provider), cmocka_unit_test(test_gemm_shapes), cmocka_unit_test(test_gemm_builtin),
         cmocka_unit_test(test_gemm_grad),     cmocka_unit_test(test_gemm_errors),
         cmocka_unit_test(test_gemm_epilogue), cmocka_unit_test(test_gemm_epilogue_matches_ops),
-        cmocka_unit_test(test_gemm_thread_invariant), cmocka_unit_test(test_gemm_coop),
+        cmocka_unit_test(test_gemm_thread_invariant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
