@@ -161,6 +161,8 @@ int mirror_doctor(int argc, char **argv) {
     printf("cpu features: %s\n", feat[0] ? feat : "none of sse4.2/avx/avx2/fma/avx-512/amx");
     printf("cpu gemm: %s\n", mr_cpu_gemm_provider());
     printf("cpu gemm bf16: %s (mixed_bfloat16's linear layers)\n", mr_cpu_gemm_bf16_provider());
+    if (mr_cpu_caps_get()->amx_bf16 && !mr_cpu_amx_bf16_usable()) /* the CPU has AMX, mirror does not use it */
+        printf("cpu amx: not used: %s\n", mr_cpu_amx_bf16_why());
     print_libraries();
 
     int ngpu = 0;

@@ -79,6 +79,8 @@ mr_status mr_cpu_gemm_half_via_f32(int is_f16, int trans_a, int trans_b, int64_t
  * thread-count invariant; it returns 0 without touching C when AMX is unusable or on
  * out-of-memory, 1 when done. */
 int mr_cpu_amx_bf16_usable(void);
+/* Why mr_cpu_amx_bf16_usable says no, in words ("" when it says yes). */
+const char *mr_cpu_amx_bf16_why(void);
 int mr_cpu_gemm_bf16_amx(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t *a,
                          int64_t lda, const uint16_t *b, int64_t ldb, float beta, float *c, int64_t ldc);
 /* ... with the op's epilogue where it applies (see mr_cpu_gemm_bf16_epi). */

@@ -281,6 +281,7 @@ static int gemm_amx(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, f
 /* ---- the probe -------------------------------------------------------------------------------- */
 
 static int g_amx_ok;
+static const char *g_amx_why = "not probed"; /* why AMX is not used (a constant string) */
 static pthread_once_t g_probe_once = PTHREAD_ONCE_INIT;
 static sigjmp_buf g_probe_jmp;
 
@@ -341,17 +342,29 @@ static int self_test(void) {
 
 static void probe(void) {
     const mr_cpu_caps *caps = mr_cpu_caps_get();
+    g_amx_why = "the CPU (or the OS, XCR0) offers no AMX-BF16 with AVX-512";
     if (!caps->amx_bf16 || !caps->avx512f || !caps->avx512bw || !caps->avx512vl) return;
+    g_amx_why = "the kernel refused the AMX tile-data permission (arch_prctl ARCH_REQ_XCOMP_PERM)";
     if (!request_permission()) return;
     struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigill;
     sigemptyset(&sa.sa_mask);
+    g_amx_why = "no SIGILL guard could be installed for the self-test";
     if (sigaction(SIGILL, &sa, &old) != 0) return;
-    volatile int ok = 0;
-    if (sigsetjmp(g_probe_jmp, 1) == 0) ok = self_test();
+    volatile int ok = 0, trapped = 1;
+    if (sigsetjmp(g_probe_jmp, 1) == 0) {
+        ok = self_test();
+        trapped = 0;
+    }
     sigaction(SIGILL, &old, NULL);
     g_amx_ok = ok;
+    g_amx_why = ok ? "" : trapped ? "the self-test raised SIGILL" : "the self-test's results differ from the scalar reference";
+}
+
+const char *mr_cpu_amx_bf16_why(void) {
+    pthread_once(&g_probe_once, probe);
+    return g_amx_why;
 }
 
 int mr_cpu_amx_bf16_usable(void) {

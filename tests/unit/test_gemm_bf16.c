@@ -166,9 +166,15 @@ static void run_kernel_cases(int path, const char *name) {
 static void test_bf16_gemm_amx(void **state) {
     (void)state;
     if (!mr_cpu_amx_bf16_usable()) {
-        fprintf(stderr, "bf16 gemm: AMX not usable here (amx_bf16: %d): skipped for AMX\n", mr_cpu_caps_get()->amx_bf16);
+        const char *why = mr_cpu_amx_bf16_why();
+        /* a CPU and OS that offer AMX whose kernel then fails its own start-up self-test is a bug in
+         * the kernel, not a machine without AMX: it must fail here, not quietly fall back */
+        if (strstr(why, "self-test")) fail_msg("bf16 gemm: the AMX kernel failed its start-up self-test: %s", why);
+        fprintf(stderr, "bf16 gemm: AMX not usable here (amx_bf16: %d): %s: skipped for AMX\n",
+                mr_cpu_caps_get()->amx_bf16, why);
         return;
     }
+    assert_string_equal(mr_cpu_amx_bf16_why(), "");
     run_kernel_cases(VIA_AMX, "amx");
 }
 
