@@ -26,6 +26,20 @@
 #include <string.h>
 #include <vector>
 
+namespace mr_emu {
+/* A cuDNN argument misuse: "mirror-emu: cudnn: <fn>: <message>", then abort (also used by
+ * emu_dnn_graph.cc). */
+[[noreturn]] void dnn_bad(const char *fn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void dnn_bad(const char *fn, const char *fmt, ...) {
+    char m[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m, sizeof m, fmt, ap);
+    va_end(ap);
+    fatal("cudnn", "%s: %s", fn, m);
+}
+} // namespace mr_emu
+
 namespace {
 const uint32_t LIVE = 0xC0DECAFEu, DEAD = 0xDEADDEADu;
 using mr_emu::keep_dead;
@@ -60,25 +74,17 @@ struct cudnnConvolutionStruct {
 
 namespace {
 
-[[noreturn]] void bad(const char *fn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void bad(const char *fn, const char *fmt, ...) {
-    char m[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(m, sizeof m, fmt, ap);
-    va_end(ap);
-    mr_emu::fatal("cudnn", "%s: %s", fn, m);
-}
+using mr_emu::dnn_bad;
 
 template <class T> T *use(T *o, const char *fn, const char *what, bool need_set = true) {
-    if (!o) bad(fn, "the %s is NULL", what);
-    if (o->magic == DEAD) bad(fn, "the %s was used after it was destroyed", what);
-    if (o->magic != LIVE) bad(fn, "the %s was never created", what);
-    if (need_set && !o->set) bad(fn, "the %s was created but never set", what);
+    if (!o) dnn_bad(fn, "the %s is NULL", what);
+    if (o->magic == DEAD) dnn_bad(fn, "the %s was used after it was destroyed", what);
+    if (o->magic != LIVE) dnn_bad(fn, "the %s was never created", what);
+    if (need_set && !o->set) dnn_bad(fn, "the %s was created but never set", what);
     return o;
 }
 cudnnContext *use_h(cudnnHandle_t h, const char *fn) {
-    if (!h || h->magic != LIVE) bad(fn, "the handle is %s", h && h->magic == DEAD ? "destroyed" : "not a handle");
+    if (!h || h->magic != LIVE) dnn_bad(fn, "the handle is %s", h && h->magic == DEAD ? "destroyed" : "not a handle");
     return h;
 }
 
@@ -101,8 +107,8 @@ double scal(const void *p, cudnnDataType_t t) { return t == CUDNN_DATA_DOUBLE ? 
 void in_dev(const char *fn, const char *what, const void *p, size_t bytes, int device) {
     if (bytes == 0) return;
     int d = -1;
-    if (!p || !mr_emu::device_range(p, bytes, &d)) bad(fn, "%s (%zu bytes at %p) is not inside one device allocation", what, bytes, p);
-    if (d != device) bad(fn, "%s is memory of cuda:%d, the handle's stream is on cuda:%d", what, d, device);
+    if (!p || !mr_emu::device_range(p, bytes, &d)) dnn_bad(fn, "%s (%zu bytes at %p) is not inside one device allocation", what, bytes, p);
+    if (d != device) dnn_bad(fn, "%s is memory of cuda:%d, the handle's stream is on cuda:%d", what, d, device);
 }
 size_t tbytes(const cudnnTensorStruct *t) { return (size_t)t->n * t->c * t->h * t->w * esize(t->type); }
 size_t fbytes(const cudnnFilterStruct *f) { return (size_t)f->k * f->c * f->h * f->w * esize(f->type); }
@@ -115,26 +121,26 @@ struct geom {
     int n, c, h, w, k, kh, kw, oh, ow, ph, pw, sh, sw;
 };
 geom check(const char *fn, cudnnTensorStruct *x, cudnnFilterStruct *w, cudnnConvolutionStruct *cv, cudnnTensorStruct *y) {
-    if (x->type != w->type || x->type != y->type) bad(fn, "x, w and y have different data types (%d, %d, %d)", x->type, w->type, y->type);
-    if (x->c != w->c) bad(fn, "x has %d channels, the filter %d", x->c, w->c);
+    if (x->type != w->type || x->type != y->type) dnn_bad(fn, "x, w and y have different data types (%d, %d, %d)", x->type, w->type, y->type);
+    if (x->c != w->c) dnn_bad(fn, "x has %d channels, the filter %d", x->c, w->c);
     int oh = out_dim(x->h, cv->ph, w->h, cv->sh), ow = out_dim(x->w, cv->pw, w->w, cv->sw);
     if (y->n != x->n || y->c != w->k || y->h != oh || y->w != ow)
-        bad(fn, "y is (%d,%d,%d,%d), the convolution gives (%d,%d,%d,%d)", y->n, y->c, y->h, y->w, x->n, w->k, oh, ow);
+        dnn_bad(fn, "y is (%d,%d,%d,%d), the convolution gives (%d,%d,%d,%d)", y->n, y->c, y->h, y->w, x->n, w->k, oh, ow);
     bool half = x->type == CUDNN_DATA_HALF || x->type == CUDNN_DATA_BFLOAT16;
-    if (x->type == CUDNN_DATA_DOUBLE && cv->compute != CUDNN_DATA_DOUBLE) bad(fn, "double data needs a double compute type");
-    if (x->type != CUDNN_DATA_DOUBLE && cv->compute != CUDNN_DATA_FLOAT) bad(fn, "compute type %d for data type %d", cv->compute, x->type);
+    if (x->type == CUDNN_DATA_DOUBLE && cv->compute != CUDNN_DATA_DOUBLE) dnn_bad(fn, "double data needs a double compute type");
+    if (x->type != CUDNN_DATA_DOUBLE && cv->compute != CUDNN_DATA_FLOAT) dnn_bad(fn, "compute type %d for data type %d", cv->compute, x->type);
     if (!half && (cv->math == CUDNN_TENSOR_OP_MATH || cv->math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
-        bad(fn, "tensor-op math on %s data (TF32 or down-conversion: mirror promises full precision)",
+        dnn_bad(fn, "tensor-op math on %s data (TF32 or down-conversion: mirror promises full precision)",
             x->type == CUDNN_DATA_DOUBLE ? "double" : "float");
     return geom{x->type, x->n, x->c, x->h, x->w, w->k, w->h, w->w, oh, ow, cv->ph, cv->pw, cv->sh, cv->sw};
 }
 
 template <class Algo> Algo ws_algo(Algo fallback);
 void check_ws(const char *fn, int algo, int fallback, void *ws, size_t bytes) {
-    if (algo != ws_algo(fallback) && algo != fallback) bad(fn, "algorithm %d did not come from the heuristics", algo);
+    if (algo != ws_algo(fallback) && algo != fallback) dnn_bad(fn, "algorithm %d did not come from the heuristics", algo);
     size_t need = algo == fallback ? 0 : ALGO_WS;
-    if (bytes < need) bad(fn, "algorithm %d needs %zu bytes of workspace, got %zu", algo, need, bytes);
-    if (bytes > 0 && !mr_emu::device_range(ws, bytes, nullptr)) bad(fn, "the workspace (%zu bytes at %p) is not device memory", bytes, ws);
+    if (bytes < need) dnn_bad(fn, "algorithm %d needs %zu bytes of workspace, got %zu", algo, need, bytes);
+    if (bytes > 0 && !mr_emu::device_range(ws, bytes, nullptr)) dnn_bad(fn, "the workspace (%zu bytes at %p) is not device memory", bytes, ws);
 }
 
 cudnnStatus_t queue(cudnnContext *h, const char *fn, std::function<void()> f) {
@@ -230,7 +236,7 @@ cudnnStatus_t cudnnDestroy(cudnnHandle_t h) {
 cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s) {
     cudnnContext *c = use_h(h, "cudnnSetStream");
     int d = mr_emu::stream_device(s);
-    if (d != c->device) bad("cudnnSetStream", "a stream of cuda:%d for a handle created on cuda:%d", d, c->device);
+    if (d != c->device) dnn_bad("cudnnSetStream", "a stream of cuda:%d for a handle created on cuda:%d", d, c->device);
     c->stream = s;
     return CUDNN_STATUS_SUCCESS;
 }
@@ -247,8 +253,8 @@ cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t d) {
 cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t d, cudnnTensorFormat_t f, cudnnDataType_t t, int n,
                                          int c, int h, int w) {
     use(d, "cudnnSetTensor4dDescriptor", "tensor descriptor", false);
-    if (f != CUDNN_TENSOR_NCHW) bad("cudnnSetTensor4dDescriptor", "format %d is not emulated (NCHW)", (int)f);
-    if (esize(t) == 0) bad("cudnnSetTensor4dDescriptor", "data type %d is not emulated", (int)t);
+    if (f != CUDNN_TENSOR_NCHW) dnn_bad("cudnnSetTensor4dDescriptor", "format %d is not emulated (NCHW)", (int)f);
+    if (esize(t) == 0) dnn_bad("cudnnSetTensor4dDescriptor", "data type %d is not emulated", (int)t);
     if (n <= 0 || c <= 0 || h <= 0 || w <= 0) return CUDNN_STATUS_BAD_PARAM;
     *d = cudnnTensorStruct{LIVE, true, t, n, c, h, w};
     return CUDNN_STATUS_SUCCESS;
@@ -266,8 +272,8 @@ cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t d) {
 cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataType_t t, cudnnTensorFormat_t f, int k,
                                          int c, int h, int w) {
     use(d, "cudnnSetFilter4dDescriptor", "filter descriptor", false);
-    if (f != CUDNN_TENSOR_NCHW) bad("cudnnSetFilter4dDescriptor", "format %d is not emulated (NCHW)", (int)f);
-    if (esize(t) == 0) bad("cudnnSetFilter4dDescriptor", "data type %d is not emulated", (int)t);
+    if (f != CUDNN_TENSOR_NCHW) dnn_bad("cudnnSetFilter4dDescriptor", "format %d is not emulated (NCHW)", (int)f);
+    if (esize(t) == 0) dnn_bad("cudnnSetFilter4dDescriptor", "data type %d is not emulated", (int)t);
     if (k <= 0 || c <= 0 || h <= 0 || w <= 0) return CUDNN_STATUS_BAD_PARAM;
     *d = cudnnFilterStruct{LIVE, true, t, k, c, h, w};
     return CUDNN_STATUS_SUCCESS;
@@ -286,8 +292,8 @@ cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, in
                                               int dw, cudnnConvolutionMode_t mode, cudnnDataType_t compute) {
     use(d, "cudnnSetConvolution2dDescriptor", "convolution descriptor", false);
     if (ph < 0 || pw < 0 || sh <= 0 || sw <= 0 || dh <= 0 || dw <= 0) return CUDNN_STATUS_BAD_PARAM;
-    if (dh != 1 || dw != 1) bad("cudnnSetConvolution2dDescriptor", "dilation %dx%d is not emulated", dh, dw);
-    if (mode != CUDNN_CROSS_CORRELATION) bad("cudnnSetConvolution2dDescriptor", "CUDNN_CONVOLUTION (flipped kernels) is not emulated");
+    if (dh != 1 || dw != 1) dnn_bad("cudnnSetConvolution2dDescriptor", "dilation %dx%d is not emulated", dh, dw);
+    if (mode != CUDNN_CROSS_CORRELATION) dnn_bad("cudnnSetConvolution2dDescriptor", "CUDNN_CONVOLUTION (flipped kernels) is not emulated");
     cudnnMathType_t m = d->math;
     *d = cudnnConvolutionStruct{LIVE, true, ph, pw, sh, sw, compute, m};
     return CUDNN_STATUS_SUCCESS;
@@ -458,7 +464,7 @@ cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t hh, const void *alpha, 
     cudnnContext *h = use_h(hh, fn);
     cudnnTensorStruct *t = use(dyd, fn, "dy descriptor"), *bt = use(dbd, fn, "db descriptor");
     if (bt->n != 1 || bt->c != t->c || bt->h != 1 || bt->w != 1 || bt->type != t->type)
-        bad(fn, "db is (%d,%d,%d,%d), dy has %d channels: db must be (1,C,1,1) of dy's type", bt->n, bt->c, bt->h, bt->w, t->c);
+        dnn_bad(fn, "db is (%d,%d,%d,%d), dy has %d channels: db must be (1,C,1,1) of dy's type", bt->n, bt->c, bt->h, bt->w, t->c);
     int dev = mr_emu::stream_device(h->stream);
     in_dev(fn, "dy", dy, tbytes(t), dev);
     in_dev(fn, "db", db, tbytes(bt), dev);
@@ -481,7 +487,7 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t hh, const void *alpha, const cudnnTen
     /* A's dims are C's or 1 (broadcast) */
     if ((at->n != ct->n && at->n != 1) || (at->c != ct->c && at->c != 1) || (at->h != ct->h && at->h != 1) ||
         (at->w != ct->w && at->w != 1) || at->type != ct->type)
-        bad(fn, "A (%d,%d,%d,%d) does not broadcast to C (%d,%d,%d,%d), or their types differ", at->n, at->c, at->h, at->w,
+        dnn_bad(fn, "A (%d,%d,%d,%d) does not broadcast to C (%d,%d,%d,%d), or their types differ", at->n, at->c, at->h, at->w,
             ct->n, ct->c, ct->h, ct->w);
     int dev = mr_emu::stream_device(h->stream);
     in_dev(fn, "A", A, tbytes(at), dev);

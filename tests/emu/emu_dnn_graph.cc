@@ -47,21 +47,14 @@
 namespace mr_emu {
 cudaStream_t dnn_handle_stream(cudnnHandle_t h, const char *fn); /* emu_dnn.cc */
 void dnn_set_last_error(const char *msg);
+[[noreturn]] void dnn_bad(const char *fn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 } // namespace mr_emu
 
 namespace {
 
 const uint32_t LIVE = 0xB4C4E9D0u, DEAD = 0xDEADDEADu;
 
-[[noreturn]] void bad(const char *fn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void bad(const char *fn, const char *fmt, ...) {
-    char m[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(m, sizeof m, fmt, ap);
-    va_end(ap);
-    mr_emu::fatal("cudnn", "%s: %s", fn, m);
-}
+using mr_emu::dnn_bad;
 
 /* A finalized tensor, copied into what uses it (descriptors may be destroyed after finalize). */
 struct tinfo {
@@ -130,10 +123,10 @@ struct bdesc {
 
 bdesc *use(cudnnBackendDescriptor_t d, const char *fn, bool need_final = false) {
     bdesc *b = (bdesc *)d;
-    if (!b) bad(fn, "the descriptor is NULL");
-    if (b->magic == DEAD) bad(fn, "descriptor (type %d) used after it was destroyed", (int)b->type);
-    if (b->magic != LIVE) bad(fn, "%p is not a descriptor cudnnBackendCreateDescriptor made", d);
-    if (need_final && !b->fin) bad(fn, "descriptor (type %d) used before cudnnBackendFinalize", (int)b->type);
+    if (!b) dnn_bad(fn, "the descriptor is NULL");
+    if (b->magic == DEAD) dnn_bad(fn, "descriptor (type %d) used after it was destroyed", (int)b->type);
+    if (b->magic != LIVE) dnn_bad(fn, "%p is not a descriptor cudnnBackendCreateDescriptor made", d);
+    if (need_final && !b->fin) dnn_bad(fn, "descriptor (type %d) used before cudnnBackendFinalize", (int)b->type);
     return b;
 }
 
@@ -202,24 +195,24 @@ const attr *get(const bdesc *d, cudnnBackendAttributeName_t n) {
 }
 const attr &need(const bdesc *d, cudnnBackendAttributeName_t n, const char *fn, const char *what) {
     const attr *a = get(d, n);
-    if (!a) bad(fn, "%s was not set", what);
+    if (!a) dnn_bad(fn, "%s was not set", what);
     return *a;
 }
 /* the finalized tensor an operation attribute names (its copy) */
 tinfo tensor_of(const bdesc *op, cudnnBackendAttributeName_t n, const char *fn, const char *what, bool required = true) {
     const attr *a = get(op, n);
     if (!a) {
-        if (required) bad(fn, "the operation's %s was not set", what);
+        if (required) dnn_bad(fn, "the operation's %s was not set", what);
         return tinfo();
     }
     bdesc *t = use((cudnnBackendDescriptor_t)a->v[0], fn, true);
-    if (t->type != CUDNN_BACKEND_TENSOR_DESCRIPTOR) bad(fn, "the operation's %s is not a tensor descriptor", what);
+    if (t->type != CUDNN_BACKEND_TENSOR_DESCRIPTOR) dnn_bad(fn, "the operation's %s is not a tensor descriptor", what);
     return t->t;
 }
 bdesc *desc_of(const bdesc *d, cudnnBackendAttributeName_t n, cudnnBackendDescriptorType_t type, const char *fn,
                const char *what) {
     bdesc *x = use((cudnnBackendDescriptor_t)need(d, n, fn, what).v[0], fn, true);
-    if (x->type != type) bad(fn, "%s is a descriptor of type %d, not %d", what, (int)x->type, (int)type);
+    if (x->type != type) dnn_bad(fn, "%s is a descriptor of type %d, not %d", what, (int)x->type, (int)type);
     return x;
 }
 
@@ -251,25 +244,25 @@ void finalize_tensor(bdesc *d, const char *fn) {
     const attr &st = need(d, CUDNN_ATTR_TENSOR_STRIDES, fn, "CUDNN_ATTR_TENSOR_STRIDES");
     const attr &uid = need(d, CUDNN_ATTR_TENSOR_UNIQUE_ID, fn, "CUDNN_ATTR_TENSOR_UNIQUE_ID");
     need(d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, fn, "CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT");
-    if (dim.v.size() != st.v.size()) bad(fn, "%zu dims but %zu strides", dim.v.size(), st.v.size());
+    if (dim.v.size() != st.v.size()) dnn_bad(fn, "%zu dims but %zu strides", dim.v.size(), st.v.size());
     tinfo t;
     t.set = true;
     t.dt = (cudnnDataType_t)dt.v[0];
     if (t.dt != CUDNN_DATA_FLOAT && t.dt != CUDNN_DATA_DOUBLE && t.dt != CUDNN_DATA_HALF &&
         t.dt != CUDNN_DATA_BFLOAT16 && t.dt != CUDNN_DATA_INT32 && t.dt != CUDNN_DATA_BOOLEAN)
-        bad(fn, "data type %d is not emulated", (int)t.dt);
+        dnn_bad(fn, "data type %d is not emulated", (int)t.dt);
     t.nd = (int)dim.v.size();
     for (int i = 0; i < t.nd; i++) {
         t.dim[i] = dim.v[(size_t)i], t.stride[i] = st.v[(size_t)i];
-        if (t.dim[i] <= 0 || t.stride[i] <= 0) bad(fn, "dim %d is %lld with stride %lld (both must be positive)", i,
+        if (t.dim[i] <= 0 || t.stride[i] <= 0) dnn_bad(fn, "dim %d is %lld with stride %lld (both must be positive)", i,
                                                   (long long)t.dim[i], (long long)t.stride[i]);
     }
     t.uid = uid.v[0];
     const attr *v = get(d, CUDNN_ATTR_TENSOR_IS_VIRTUAL), *bv = get(d, CUDNN_ATTR_TENSOR_IS_BY_VALUE);
     t.virt = v && v->v[0];
     t.by_value = bv && bv->v[0];
-    if (t.by_value && (t.virt || t.numel() != 1)) bad(fn, "a by-value tensor must be one element and not virtual");
-    if (t.dt == CUDNN_DATA_BOOLEAN && !t.virt) bad(fn, "non-virtual boolean tensors are not emulated");
+    if (t.by_value && (t.virt || t.numel() != 1)) dnn_bad(fn, "a by-value tensor must be one element and not virtual");
+    if (t.dt == CUDNN_DATA_BOOLEAN && !t.virt) dnn_bad(fn, "non-virtual boolean tensors are not emulated");
     d->t = t;
 }
 
@@ -287,12 +280,12 @@ void finalize_op(bdesc *d, const char *fn) {
         int n = c.nd;
         if (a.nd != n || b.nd != n || n < 2 || a.dim[n - 2] != c.dim[n - 2] || b.dim[n - 1] != c.dim[n - 1] ||
             a.dim[n - 1] != b.dim[n - 2])
-            bad(fn, "matmul A (.., %lld, %lld) x B (.., %lld, %lld) -> C (.., %lld, %lld) does not fit", (long long)a.dim[n - 2],
+            dnn_bad(fn, "matmul A (.., %lld, %lld) x B (.., %lld, %lld) -> C (.., %lld, %lld) does not fit", (long long)a.dim[n - 2],
                 (long long)a.dim[n - 1], (long long)b.dim[n - 2], (long long)b.dim[n - 1], (long long)c.dim[n - 2],
                 (long long)c.dim[n - 1]);
         for (int i = 0; i < n - 2; i++)
             if ((a.dim[i] != c.dim[i] && a.dim[i] != 1) || (b.dim[i] != c.dim[i] && b.dim[i] != 1))
-                bad(fn, "matmul batch dim %d: A %lld, B %lld, C %lld", i, (long long)a.dim[i], (long long)b.dim[i], (long long)c.dim[i]);
+                dnn_bad(fn, "matmul batch dim %d: A %lld, B %lld, C %lld", i, (long long)a.dim[i], (long long)b.dim[i], (long long)c.dim[i]);
         break;
     }
     case CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR: {
@@ -305,12 +298,12 @@ void finalize_op(bdesc *d, const char *fn) {
         o.t = tensor_of(d, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, fn, "t", false);
         o.y = tensor_of(d, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, fn, "y");
         int ar = pw_arity(o.mode), have = 1 + o.b.set + o.t.set;
-        if (ar != have) bad(fn, "pointwise mode %d takes %d inputs, %d were set", o.mode, ar, have);
+        if (ar != have) dnn_bad(fn, "pointwise mode %d takes %d inputs, %d were set", o.mode, ar, have);
         if (o.mode == CUDNN_POINTWISE_GEN_INDEX && (o.axis < 0 || o.axis >= o.y.nd))
-            bad(fn, "gen_index axis %lld for a %d-d output", (long long)o.axis, o.y.nd);
-        if (o.mode != CUDNN_POINTWISE_GEN_INDEX && !bcast(o.x, o.y)) bad(fn, "pointwise x does not broadcast to y");
-        if (o.b.set && !bcast(o.b, o.y)) bad(fn, "pointwise b does not broadcast to y");
-        if (o.t.set && !bcast(o.t, o.y)) bad(fn, "pointwise t does not broadcast to y");
+            dnn_bad(fn, "gen_index axis %lld for a %d-d output", (long long)o.axis, o.y.nd);
+        if (o.mode != CUDNN_POINTWISE_GEN_INDEX && !bcast(o.x, o.y)) dnn_bad(fn, "pointwise x does not broadcast to y");
+        if (o.b.set && !bcast(o.b, o.y)) dnn_bad(fn, "pointwise b does not broadcast to y");
+        if (o.t.set && !bcast(o.t, o.y)) dnn_bad(fn, "pointwise t does not broadcast to y");
         break;
     }
     case CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR: {
@@ -320,7 +313,7 @@ void finalize_op(bdesc *d, const char *fn) {
         o.mode = r->mode, o.prec = r->prec;
         o.x = tensor_of(d, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, fn, "x");
         o.y = tensor_of(d, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, fn, "y");
-        if (!bcast(o.y, o.x)) bad(fn, "reduction y dims must be x's or 1");
+        if (!bcast(o.y, o.x)) dnn_bad(fn, "reduction y dims must be x's or 1");
         break;
     }
     case CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR:
@@ -328,10 +321,10 @@ void finalize_op(bdesc *d, const char *fn) {
         o.x = tensor_of(d, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, fn, "x");
         o.y = tensor_of(d, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, fn, "y");
         if (o.x.numel() != o.y.numel() || o.x.extent() != o.y.extent())
-            bad(fn, "reshape of %lld elements (extent %lld) into %lld (extent %lld)", (long long)o.x.numel(),
+            dnn_bad(fn, "reshape of %lld elements (extent %lld) into %lld (extent %lld)", (long long)o.x.numel(),
                 (long long)o.x.extent(), (long long)o.y.numel(), (long long)o.y.extent());
         break;
-    default: bad(fn, "descriptor type %d is not emulated", (int)d->type);
+    default: dnn_bad(fn, "descriptor type %d is not emulated", (int)d->type);
     }
 }
 
@@ -376,7 +369,7 @@ void finalize_graph(bdesc *d, const char *fn) {
         bdesc *o = use((cudnnBackendDescriptor_t)p, fn, true);
         if (o->type != CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR && o->type != CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR &&
             o->type != CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR && o->type != CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR)
-            bad(fn, "descriptor type %d in CUDNN_ATTR_OPERATIONGRAPH_OPS is not an emulated operation", (int)o->type);
+            dnn_bad(fn, "descriptor type %d in CUDNN_ATTR_OPERATIONGRAPH_OPS is not an emulated operation", (int)o->type);
         in.push_back(o->op);
         g->signature.push_back(token(o->op));
         if (o->op.kind == OP_MATMUL && !g->first_mm.y.set) g->first_mm = o->op;
@@ -388,7 +381,7 @@ void finalize_graph(bdesc *d, const char *fn) {
         auto it = g->tensors.find(t.uid);
         if (it == g->tensors.end()) g->tensors[t.uid] = t;
         else if (!same(it->second, t))
-            bad(fn, "uid %lld names two different tensors (uids must be unique)", (long long)t.uid);
+            dnn_bad(fn, "uid %lld names two different tensors (uids must be unique)", (long long)t.uid);
     };
     for (size_t i = 0; i < in.size(); i++) {
         const gop &o = in[i];
@@ -397,14 +390,14 @@ void finalize_graph(bdesc *d, const char *fn) {
             if (t->set) uses[t->uid]++;
         }
         add(o.y);
-        if (producer.count(o.y.uid)) bad(fn, "tensor uid %lld is written by two operations", (long long)o.y.uid);
-        if (o.y.by_value) bad(fn, "tensor uid %lld is by value but an operation writes it", (long long)o.y.uid);
+        if (producer.count(o.y.uid)) dnn_bad(fn, "tensor uid %lld is written by two operations", (long long)o.y.uid);
+        if (o.y.by_value) dnn_bad(fn, "tensor uid %lld is by value but an operation writes it", (long long)o.y.uid);
         producer[o.y.uid] = (int)i;
     }
     for (auto &kv : g->tensors) {
         const tinfo &t = kv.second;
-        if (t.virt && !producer.count(t.uid)) bad(fn, "virtual tensor uid %lld is read but never written", (long long)t.uid);
-        if (t.virt && !uses.count(t.uid)) bad(fn, "virtual tensor uid %lld is written but never read", (long long)t.uid);
+        if (t.virt && !producer.count(t.uid)) dnn_bad(fn, "virtual tensor uid %lld is read but never written", (long long)t.uid);
+        if (t.virt && !uses.count(t.uid)) dnn_bad(fn, "virtual tensor uid %lld is written but never read", (long long)t.uid);
     }
     /* topological order (Kahn) */
     std::vector<bool> done(in.size(), false);
@@ -423,7 +416,7 @@ void finalize_graph(bdesc *d, const char *fn) {
         }
         if (!moved) break;
     }
-    if (g->ops.size() != in.size()) bad(fn, "the operation graph has a cycle");
+    if (g->ops.size() != in.size()) dnn_bad(fn, "the operation graph has a cycle");
     d->g = g;
 }
 
@@ -612,7 +605,7 @@ void run_op(const gop &o, values &v) {
 extern "C" {
 
 cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t t, cudnnBackendDescriptor_t *d) {
-    if (!d) bad("cudnnBackendCreateDescriptor", "the output pointer is NULL");
+    if (!d) dnn_bad("cudnnBackendCreateDescriptor", "the output pointer is NULL");
     bdesc *b = new bdesc();
     b->magic = LIVE;
     b->type = t;
@@ -630,15 +623,15 @@ cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t dd, cudnnBackend
                                        cudnnBackendAttributeType_t t, int64_t count, const void *arr) {
     const char *fn = "cudnnBackendSetAttribute";
     bdesc *d = use(dd, fn);
-    if (d->fin) bad(fn, "attribute %d set on a finalized descriptor (type %d)", (int)n, (int)d->type);
+    if (d->fin) dnn_bad(fn, "attribute %d set on a finalized descriptor (type %d)", (int)n, (int)d->type);
     const attr_rule *r = nullptr;
     for (const attr_rule &x : RULES)
         if (x.d == d->type && x.n == n) r = &x;
-    if (!r) bad(fn, "attribute %d is not one of descriptor type %d's (or not emulated)", (int)n, (int)d->type);
-    if (t != r->t) bad(fn, "attribute %d wants attribute type %d, got %d", (int)n, (int)r->t, (int)t);
-    if (count < r->min || count > r->max) bad(fn, "attribute %d wants %lld..%lld elements, got %lld", (int)n,
+    if (!r) dnn_bad(fn, "attribute %d is not one of descriptor type %d's (or not emulated)", (int)n, (int)d->type);
+    if (t != r->t) dnn_bad(fn, "attribute %d wants attribute type %d, got %d", (int)n, (int)r->t, (int)t);
+    if (count < r->min || count > r->max) dnn_bad(fn, "attribute %d wants %lld..%lld elements, got %lld", (int)n,
                                               (long long)r->min, (long long)r->max, (long long)count);
-    if (count > 0 && !arr) bad(fn, "attribute %d: the element array is NULL", (int)n);
+    if (count > 0 && !arr) dnn_bad(fn, "attribute %d: the element array is NULL", (int)n);
     attr a;
     a.type = t;
     for (int64_t i = 0; i < count; i++) {
@@ -663,13 +656,13 @@ cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t dd, cudnnBackend
 cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t dd) {
     const char *fn = "cudnnBackendFinalize";
     bdesc *d = use(dd, fn);
-    if (d->fin) bad(fn, "descriptor (type %d) finalized twice", (int)d->type);
+    if (d->fin) dnn_bad(fn, "descriptor (type %d) finalized twice", (int)d->type);
     switch (d->type) {
     case CUDNN_BACKEND_TENSOR_DESCRIPTOR: finalize_tensor(d, fn); break;
     case CUDNN_BACKEND_POINTWISE_DESCRIPTOR:
         d->mode = (int)need(d, CUDNN_ATTR_POINTWISE_MODE, fn, "CUDNN_ATTR_POINTWISE_MODE").v[0];
         d->prec = (cudnnDataType_t)need(d, CUDNN_ATTR_POINTWISE_MATH_PREC, fn, "CUDNN_ATTR_POINTWISE_MATH_PREC").v[0];
-        if (pw_arity(d->mode) == 0) bad(fn, "pointwise mode %d is not emulated", d->mode);
+        if (pw_arity(d->mode) == 0) dnn_bad(fn, "pointwise mode %d is not emulated", d->mode);
         if (d->mode == CUDNN_POINTWISE_GEN_INDEX)
             d->axis = need(d, CUDNN_ATTR_POINTWISE_AXIS, fn, "CUDNN_ATTR_POINTWISE_AXIS (gen_index)").v[0];
         break;
@@ -680,7 +673,7 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t dd) {
         d->mode = (int)need(d, CUDNN_ATTR_REDUCTION_OPERATOR, fn, "CUDNN_ATTR_REDUCTION_OPERATOR").v[0];
         d->prec = (cudnnDataType_t)need(d, CUDNN_ATTR_REDUCTION_COMP_TYPE, fn, "CUDNN_ATTR_REDUCTION_COMP_TYPE").v[0];
         if (d->mode != CUDNN_REDUCE_TENSOR_ADD && d->mode != CUDNN_REDUCE_TENSOR_MAX)
-            bad(fn, "reduction operator %d is not emulated (add, max)", d->mode);
+            dnn_bad(fn, "reduction operator %d is not emulated (add, max)", d->mode);
         break;
     case CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR: case CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR:
     case CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR: case CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR:
@@ -711,12 +704,12 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t dd) {
         const attr &u = need(d, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, fn, "CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS");
         const attr &p = need(d, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, fn, "CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS");
         need(d, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, fn, "CUDNN_ATTR_VARIANT_PACK_WORKSPACE");
-        if (u.v.size() != p.v.size()) bad(fn, "%zu unique ids but %zu data pointers", u.v.size(), p.v.size());
+        if (u.v.size() != p.v.size()) dnn_bad(fn, "%zu unique ids but %zu data pointers", u.v.size(), p.v.size());
         break;
     }
     case CUDNN_BACKEND_ENGINECFG_DESCRIPTOR:
-        bad(fn, "an engine config comes finalized from the heuristics results; it is not built by hand here");
-    default: bad(fn, "descriptor type %d is not emulated", (int)d->type);
+        dnn_bad(fn, "an engine config comes finalized from the heuristics results; it is not built by hand here");
+    default: dnn_bad(fn, "descriptor type %d is not emulated", (int)d->type);
     }
     d->fin = true;
     return CUDNN_STATUS_SUCCESS;
@@ -726,50 +719,50 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const dd, cudnnB
                                        cudnnBackendAttributeType_t t, int64_t req, int64_t *count, void *arr) {
     const char *fn = "cudnnBackendGetAttribute";
     bdesc *d = use(dd, fn, true);
-    if (!count) bad(fn, "elementCount is NULL");
+    if (!count) dnn_bad(fn, "elementCount is NULL");
     if (d->type == CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR && n == CUDNN_ATTR_ENGINEHEUR_RESULTS) {
-        if (t != CUDNN_TYPE_BACKEND_DESCRIPTOR) bad(fn, "heuristics results are descriptors");
+        if (t != CUDNN_TYPE_BACKEND_DESCRIPTOR) dnn_bad(fn, "heuristics results are descriptors");
         *count = (int64_t)d->results.size();
         for (int64_t i = 0; i < req && i < *count; i++) {
             bdesc *c = use(((cudnnBackendDescriptor_t *)arr)[i], fn);
-            if (c->type != CUDNN_BACKEND_ENGINECFG_DESCRIPTOR) bad(fn, "result %lld is not an engine config descriptor", (long long)i);
+            if (c->type != CUDNN_BACKEND_ENGINECFG_DESCRIPTOR) dnn_bad(fn, "result %lld is not an engine config descriptor", (long long)i);
             c->eng = d->results[(size_t)i];
             c->fin = true;
         }
         return CUDNN_STATUS_SUCCESS; /* *count: how many there are (the real API), not how many were written */
     }
     if (d->type == CUDNN_BACKEND_ENGINECFG_DESCRIPTOR && n == CUDNN_ATTR_ENGINECFG_ENGINE) {
-        if (t != CUDNN_TYPE_BACKEND_DESCRIPTOR || req < 1 || !arr) bad(fn, "the engine is one descriptor");
+        if (t != CUDNN_TYPE_BACKEND_DESCRIPTOR || req < 1 || !arr) dnn_bad(fn, "the engine is one descriptor");
         bdesc *e = use(*(cudnnBackendDescriptor_t *)arr, fn);
-        if (e->type != CUDNN_BACKEND_ENGINE_DESCRIPTOR) bad(fn, "the engine must go into an engine descriptor");
+        if (e->type != CUDNN_BACKEND_ENGINE_DESCRIPTOR) dnn_bad(fn, "the engine must go into an engine descriptor");
         e->eng = d->eng;
         e->fin = true;
         *count = 1;
         return CUDNN_STATUS_SUCCESS;
     }
     if (d->type == CUDNN_BACKEND_ENGINE_DESCRIPTOR && n == CUDNN_ATTR_ENGINE_NUMERICAL_NOTE) {
-        if (t != CUDNN_TYPE_NUMERICAL_NOTE) bad(fn, "numerical notes are CUDNN_TYPE_NUMERICAL_NOTE");
+        if (t != CUDNN_TYPE_NUMERICAL_NOTE) dnn_bad(fn, "numerical notes are CUDNN_TYPE_NUMERICAL_NOTE");
         *count = d->eng.nondet ? 1 : 0;
         if (*count && req >= 1 && arr) ((cudnnBackendNumericalNote_t *)arr)[0] = CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
         if (req < *count) *count = req;
         return CUDNN_STATUS_SUCCESS;
     }
     if (d->type == CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR && n == CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE) {
-        if (t != CUDNN_TYPE_INT64 || req < 1 || !arr) bad(fn, "the workspace size is one INT64");
+        if (t != CUDNN_TYPE_INT64 || req < 1 || !arr) dnn_bad(fn, "the workspace size is one INT64");
         *(int64_t *)arr = d->eng.ws;
         *count = 1;
         return CUDNN_STATUS_SUCCESS;
     }
-    bad(fn, "attribute %d of descriptor type %d is not emulated", (int)n, (int)d->type);
+    dnn_bad(fn, "attribute %d of descriptor type %d is not emulated", (int)n, (int)d->type);
 }
 
 cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t pd, cudnnBackendDescriptor_t vd) {
     const char *fn = "cudnnBackendExecute";
     cudaStream_t stream = mr_emu::dnn_handle_stream(h, fn);
     bdesc *plan = use(pd, fn, true), *pack = use(vd, fn, true);
-    if (plan->type != CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR) bad(fn, "the plan is not an execution plan descriptor");
-    if (pack->type != CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR) bad(fn, "the variant pack is not a variant pack descriptor");
-    if (plan->handle != h) bad(fn, "the plan was built with another handle");
+    if (plan->type != CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR) dnn_bad(fn, "the plan is not an execution plan descriptor");
+    if (pack->type != CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR) dnn_bad(fn, "the variant pack is not a variant pack descriptor");
+    if (plan->handle != h) dnn_bad(fn, "the plan was built with another handle");
     std::shared_ptr<graph> g = plan->eng.g;
     const int dev = mr_emu::stream_device(stream);
     const attr &uids = *get(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS), &ptrs = *get(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS);
@@ -780,29 +773,29 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t pd, 
         int64_t u = uids.v[i];
         void *p = (void *)(intptr_t)ptrs.v[i];
         auto it = g->tensors.find(u);
-        if (it == g->tensors.end()) bad(fn, "uid %lld in the variant pack is not a tensor of the graph", (long long)u);
+        if (it == g->tensors.end()) dnn_bad(fn, "uid %lld in the variant pack is not a tensor of the graph", (long long)u);
         const tinfo &t = it->second;
-        if (t.virt) bad(fn, "uid %lld is a virtual tensor: it has no place in the variant pack", (long long)u);
-        if (dptr.count(u) || in->count(u)) bad(fn, "uid %lld is in the variant pack twice", (long long)u);
-        if (!p) bad(fn, "uid %lld has a NULL pointer", (long long)u);
+        if (t.virt) dnn_bad(fn, "uid %lld is a virtual tensor: it has no place in the variant pack", (long long)u);
+        if (dptr.count(u) || in->count(u)) dnn_bad(fn, "uid %lld is in the variant pack twice", (long long)u);
+        if (!p) dnn_bad(fn, "uid %lld has a NULL pointer", (long long)u);
         if (t.by_value) { /* a host scalar, read now */
-            if (mr_emu::device_range(p, 1, nullptr)) bad(fn, "by-value uid %lld points to device memory", (long long)u);
+            if (mr_emu::device_range(p, 1, nullptr)) dnn_bad(fn, "by-value uid %lld points to device memory", (long long)u);
             (*in)[u] = std::vector<double>(1, load(p, 0, t.dt));
             continue;
         }
         size_t bytes = (size_t)t.extent() * esize(t.dt);
         int d = -1;
         if (!mr_emu::device_range(p, bytes, &d))
-            bad(fn, "uid %lld (%zu bytes at %p) is not inside one device allocation", (long long)u, bytes, p);
-        if (d != dev) bad(fn, "uid %lld is memory of cuda:%d, the handle's stream is on cuda:%d", (long long)u, d, dev);
+            dnn_bad(fn, "uid %lld (%zu bytes at %p) is not inside one device allocation", (long long)u, bytes, p);
+        if (d != dev) dnn_bad(fn, "uid %lld is memory of cuda:%d, the handle's stream is on cuda:%d", (long long)u, d, dev);
         dptr[u] = p;
     }
     for (auto &kv : g->tensors)
         if (!kv.second.virt && !dptr.count(kv.first) && !in->count(kv.first))
-            bad(fn, "tensor uid %lld of the graph is missing from the variant pack", (long long)kv.first);
+            dnn_bad(fn, "tensor uid %lld of the graph is missing from the variant pack", (long long)kv.first);
     const int64_t wsb = plan->eng.ws;
     if (wsb > 0 && (!ws || !mr_emu::device_range(ws, (size_t)wsb, nullptr)))
-        bad(fn, "the plan needs %lld bytes of workspace; %p is not that much device memory", (long long)wsb, ws);
+        dnn_bad(fn, "the plan needs %lld bytes of workspace; %p is not that much device memory", (long long)wsb, ws);
     mr_emu::count_library_call();
     static std::atomic<uint64_t> runs_nondet;
     const bool flip = plan->eng.nondet && (runs_nondet++ % 2 == 1);

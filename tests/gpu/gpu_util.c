@@ -72,6 +72,27 @@ mr_view gpu_f64_view(const double *h, mr_shape s) {
     return v;
 }
 
+mr_dtype gpu_lse_dtype(mr_dtype dt) { return dt == MR_F64 ? MR_F64 : MR_F32; }
+
+mr_op_args gpu_attention_bwd_ref(mr_op_args *r, const double *dy, mr_dtype dt) {
+    const mr_shape qs = r->in[0].shape, ks = r->in[1].shape, ls = r->out[1].shape;
+    double *hy = r->out[0].data, *hl = r->out[1].data;
+    gpu_round_to(hy, mr_shape_numel(&qs), dt);
+    gpu_round_to(hl, mr_shape_numel(&ls), gpu_lse_dtype(dt));
+    mr_op_args rb;
+    mr_op_args_init(&rb, MR_OP_ATTENTION_BWD);
+    rb.p = r->p;
+    for (int i = 0; i < 3; i++) rb.in[i] = r->in[i];
+    rb.in[3] = gpu_f64_view(hy, qs);
+    rb.in[4] = gpu_f64_view(hl, ls);
+    rb.in[5] = gpu_f64_view(dy, qs);
+    rb.out[0] = th_view(MR_F64, qs);
+    rb.out[1] = th_view(MR_F64, ks);
+    rb.out[2] = th_view(MR_F64, ks);
+    MR_ASSERT_OK(mr_op_run_ref(&rb));
+    return rb;
+}
+
 double *gpu_rand(int64_t n, double lo, double hi, uint64_t seed, mr_dtype dt) {
     double *x = th_alloc((size_t)(n ? n : 1) * sizeof(double));
     th_fill_uniform_f64(x, n, lo, hi, seed);

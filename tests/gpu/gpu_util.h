@@ -23,6 +23,12 @@ mr_tensor *gpu_alloc(mr_dtype dt, mr_shape s);
 double *gpu_download(const mr_tensor *t);
 /* An f64 host view over a test-owned copy of h. */
 mr_view gpu_f64_view(const double *h, mr_shape s);
+/* The dtype attention keeps lse in for inputs of dtype dt (f64 for f64, else f32). */
+mr_dtype gpu_lse_dtype(mr_dtype dt);
+/* The attention backward on the f64 reference (test-owned outputs, run): r is the forward's
+ * reference args after mr_op_run_ref (q, k, v inputs; y, lse outputs), whose y and lse are first
+ * rounded in place to what a GPU of dtype dt stores; dy has q's shape. */
+mr_op_args gpu_attention_bwd_ref(mr_op_args *r, const double *dy, mr_dtype dt);
 /* n uniform values in [lo, hi) rounded to dt (test-owned). */
 double *gpu_rand(int64_t n, double lo, double hi, uint64_t seed, mr_dtype dt);
 

@@ -30,7 +30,6 @@ static void tol(mr_dtype dt, double *atol, double *rtol, double *nmse) {
     }
 }
 
-static mr_dtype lse_dt(mr_dtype dt) { return dt == MR_F64 ? MR_F64 : MR_F32; }
 
 /* Runs args whose views are device tensors twice; returns the downloads of every output of the
  * second run after checking they equal the first's bit for bit. */
@@ -86,7 +85,7 @@ static void attn_case(mr_dtype dt, int64_t bh, int64_t t, int64_t s, int64_t d, 
     /* the GPU forward */
     mr_op_args g = r;
     mr_tensor *tq = gpu_upload(hq, dt, qs), *tk = gpu_upload(hk, dt, ks), *tv = gpu_upload(hv, dt, ks);
-    mr_tensor *outs[3] = {nan_out(dt, qs), nan_out(lse_dt(dt), ls)};
+    mr_tensor *outs[3] = {nan_out(dt, qs), nan_out(gpu_lse_dtype(dt), ls)};
     g.in[0] = dev_view(tq), g.in[1] = dev_view(tk), g.in[2] = dev_view(tv);
     g.out[0] = dev_view(outs[0]), g.out[1] = dev_view(outs[1]);
     double *res[3];
@@ -96,24 +95,12 @@ static void attn_case(mr_dtype dt, int64_t bh, int64_t t, int64_t s, int64_t d, 
                            dt == MR_F64 ? rtol : GPU_F32_NORM_RTOL, dt == MR_F64 ? nmse : GPU_F32_NORM_NMSE));
 
     /* the backward on the reference's y and lse, rounded to what the GPU stores */
+    mr_op_args rb = gpu_attention_bwd_ref(&r, hdy, dt);
     double *hy = r.out[0].data, *hl = r.out[1].data;
-    gpu_round_to(hy, bh * t * d, dt);
-    gpu_round_to(hl, bh * t, lse_dt(dt));
-    mr_op_args rb;
-    mr_op_args_init(&rb, MR_OP_ATTENTION_BWD);
-    rb.p = r.p;
-    for (int i = 0; i < 3; i++) rb.in[i] = r.in[i];
-    rb.in[3] = gpu_f64_view(hy, qs);
-    rb.in[4] = gpu_f64_view(hl, ls);
-    rb.in[5] = gpu_f64_view(hdy, qs);
-    rb.out[0] = th_view(MR_F64, qs);
-    rb.out[1] = th_view(MR_F64, ks);
-    rb.out[2] = th_view(MR_F64, ks);
-    MR_ASSERT_OK(mr_op_run_ref(&rb));
     mr_op_args gb = rb;
     for (int i = 0; i < 3; i++) gb.in[i] = g.in[i];
     gb.in[3] = dev_view(gpu_upload(hy, dt, qs));
-    gb.in[4] = dev_view(gpu_upload(hl, lse_dt(dt), ls));
+    gb.in[4] = dev_view(gpu_upload(hl, gpu_lse_dtype(dt), ls));
     gb.in[5] = dev_view(gpu_upload(hdy, dt, qs));
     mr_tensor *bouts[3] = {nan_out(dt, qs), nan_out(dt, ks), nan_out(dt, ks)};
     for (int i = 0; i < 3; i++) gb.out[i] = dev_view(bouts[i]);

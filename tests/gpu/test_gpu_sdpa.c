@@ -19,7 +19,6 @@
 #include "gpu_util.h"
 #include "tolerances.h"
 
-static mr_dtype lse_dt(mr_dtype dt) { return dt == MR_F64 ? MR_F64 : MR_F32; }
 
 static mr_tensor *nan_out(mr_dtype dt, mr_shape s) {
     int64_t n = mr_shape_numel(&s);
@@ -136,7 +135,7 @@ static void sdpa_case_run(const sdpa_case *k) {
     f.a.in[0] = mr_tensor_as_view(gpu_upload(hq, dt, qs));
     f.a.in[1] = mr_tensor_as_view(gpu_upload(hk, dt, ks));
     f.a.in[2] = mr_tensor_as_view(gpu_upload(hv, dt, ks));
-    f.out[0] = nan_out(dt, qs), f.out[1] = nan_out(lse_dt(dt), ls);
+    f.out[0] = nan_out(dt, qs), f.out[1] = nan_out(gpu_lse_dtype(dt), ls);
     f.a.out[0] = mr_tensor_as_view(f.out[0]), f.a.out[1] = mr_tensor_as_view(f.out[1]);
     double *y = run_and_get(&f, k->want_cudnn, 0, 0), *lse = gpu_download(f.out[1]);
     assert_true(compare(what, y, r.out[0].data, bh * t * d, dt, k->want_cudnn));
@@ -149,24 +148,12 @@ static void sdpa_case_run(const sdpa_case *k) {
     }
 
     /* the backward on the reference's y and lse, rounded as stored */
+    mr_op_args rb = gpu_attention_bwd_ref(&r, hdy, dt);
     double *hy = r.out[0].data, *hl = r.out[1].data;
-    gpu_round_to(hy, bh * t * d, dt);
-    gpu_round_to(hl, bh * t, lse_dt(dt));
-    mr_op_args rb;
-    mr_op_args_init(&rb, MR_OP_ATTENTION_BWD);
-    rb.p = r.p;
-    for (int i = 0; i < 3; i++) rb.in[i] = r.in[i];
-    rb.in[3] = gpu_f64_view(hy, qs);
-    rb.in[4] = gpu_f64_view(hl, ls);
-    rb.in[5] = gpu_f64_view(hdy, qs);
-    rb.out[0] = th_view(MR_F64, qs);
-    rb.out[1] = th_view(MR_F64, ks);
-    rb.out[2] = th_view(MR_F64, ks);
-    MR_ASSERT_OK(mr_op_run_ref(&rb));
     dev_call b = {.a = rb, .n_out = 3};
     for (int i = 0; i < 3; i++) b.a.in[i] = f.a.in[i];
     b.a.in[3] = mr_tensor_as_view(gpu_upload(hy, dt, qs));
-    b.a.in[4] = mr_tensor_as_view(gpu_upload(hl, lse_dt(dt), ls));
+    b.a.in[4] = mr_tensor_as_view(gpu_upload(hl, gpu_lse_dtype(dt), ls));
     b.a.in[5] = mr_tensor_as_view(gpu_upload(hdy, dt, qs));
     b.out[0] = nan_out(dt, qs), b.out[1] = nan_out(dt, ks), b.out[2] = nan_out(dt, ks);
     for (int i = 0; i < 3; i++) b.a.out[i] = mr_tensor_as_view(b.out[i]);
