@@ -266,6 +266,17 @@ fail:
     return st;
 }
 
+mr_status mr_comm_stream_wait(mr_comm *c, const mr_backend *be, int device, mr_stream *s, mr_event **ev,
+                              const char *what) {
+    mr_status st = MR_OK;
+    if (!c || mr_comm_backend_of(c) != MR_COMM_NCCL) return be->stream_sync(s);
+    if (!*ev) MR_TRY(be->event_new(device, ev));
+    MR_TRY(be->event_record(*ev, s));
+    MR_TRY(mr_comm_nccl_host_wait(c, *ev, what));
+fail:
+    return st;
+}
+
 void mr_comm_abort(mr_comm *c, int code, const char *why) {
     if (!c) return;
     c->vt->abort(c, code, why ? why : "(no reason given)");

@@ -171,6 +171,13 @@ mr_status mr_comm_nccl_allreduce_async(mr_comm *c, void *buf, int64_t n, mr_dtyp
 mr_status mr_comm_nccl_record_event(mr_comm *c, mr_event *e) MR_WUR;
 mr_status mr_comm_nccl_host_wait(mr_comm *c, mr_event *e, const char *what) MR_WUR;
 
+/* The host waits for everything enqueued on stream s of device `device` (backend be). With an nccl
+ * communicator c the stream may wait for its collectives, so the wait has c's deadline
+ * (mr_comm_nccl_host_wait on an event recorded on s: *ev, made on first use, the caller frees it);
+ * with any other c, or none, it is be->stream_sync. */
+mr_status mr_comm_stream_wait(mr_comm *c, const mr_backend *be, int device, mr_stream *s, mr_event **ev,
+                              const char *what) MR_WUR;
+
 /* Non-zero when this process was started by a launcher with more than one rank (mpirun/mpiexec
  * of Open MPI, MPICH or MVAPICH, or srun), read from the launcher's environment variables
  * (OMPI_COMM_WORLD_SIZE, PMI_SIZE, MV2_COMM_WORLD_SIZE, SLURM_STEP_NUM_TASKS) without initialising

@@ -39,7 +39,7 @@ struct mr_ddp {
     mr_trace_track *trace; /* the caller's track (mr_ddp_set_trace) */
     mr_event *ev_ready;    /* overlap on the device: a bucket's gradients are written (compute stream) */
     mr_event *ev_done;     /* the buckets' all-reduces have run (the communicator's stream) */
-    mr_event *ev_wait;     /* host_wait's point on the compute stream (NCCL only; made on first use) */
+    mr_event *ev_wait;     /* mr_comm_stream_wait's point on the compute stream (NCCL only) */
 };
 
 mr_ddp_shard mr_ddp_shard_of(int64_t n, int world, int rank) {
@@ -159,19 +159,6 @@ void mr_ddp_free(mr_ddp *d) {
     free(d);
 }
 
-/* The host waits for the compute stream. With NCCL the stream may wait for the previous step's
- * device-side sums (train/train_step.c ctl_allreduce), which a peer that died or hangs after that
- * step's agreement never joins: the wait then has the communicator's deadline (comm.h
- * mr_comm_nccl_host_wait) instead of blocking forever. */
-static mr_status host_wait(mr_ddp *d) {
-    mr_status st = MR_OK;
-    if (!d->gcomm || mr_comm_backend_of(d->gcomm) != MR_COMM_NCCL) return d->be->stream_sync(d->stream);
-    if (!d->ev_wait) MR_TRY(d->be->event_new(d->dev.index, &d->ev_wait));
-    MR_TRY(d->be->event_record(d->ev_wait, d->stream));
-    MR_TRY(mr_comm_nccl_host_wait(d->gcomm, d->ev_wait, "the step's gradients"));
-fail:
-    return st;
-}
 
 /* Bucket b's all-reduce on the device, behind the kernels enqueued so far on the compute stream
  * (the event orders it; the host does not wait): the same NCCL call, count and operation per
@@ -229,7 +216,10 @@ mr_status mr_ddp_finish(mr_ddp *d, float *g, double *agree, int n_agree, mr_ddp_
          * another still allocates; the host agreement is the barrier */
         if (d->d_zbuf) /* ZeRO-1 on a GPU: the padding past n stays zero */
             MR_TRY(d->be->copy(d->dev.index, d->d_zbuf, g, sizeof(float) * (size_t)d->n, MR_COPY_D2D, d->stream));
-        MR_TRY(host_wait(d));
+        /* with NCCL the stream may wait for the previous step's device-side sums
+         * (train/train_step.c ctl_allreduce), which a peer that died or hangs never joins: the
+         * wait has the communicator's deadline */
+        MR_TRY(mr_comm_stream_wait(d->gcomm, d->be, d->dev.index, d->stream, &d->ev_wait, "the step's gradients"));
         MR_TRY(mr_comm_allreduce(d->comm, agree, n_agree, MR_F64, MR_REDUCE_SUM));
         if (d->mode == DDP_ALLREDUCE) {
             MR_TRY(mr_comm_allreduce(d->gcomm, g, d->n, MR_F32, MR_REDUCE_AVG));

@@ -198,14 +198,7 @@ static mr_status copy_optim(trainer *t, int push) {
 }
 
 mr_status tr_dev_sync(tr_device *dv, const char *what) {
-    mr_status st = MR_OK;
-    if (!dv->gcomm || !dv->own_gcomm || mr_comm_backend_of(dv->gcomm) != MR_COMM_NCCL)
-        return dv->be->stream_sync(dv->stream);
-    if (!dv->ev_wait) MR_TRY(dv->be->event_new(dv->dev.index, &dv->ev_wait));
-    MR_TRY(dv->be->event_record(dv->ev_wait, dv->stream));
-    MR_TRY(mr_comm_nccl_host_wait(dv->gcomm, dv->ev_wait, what));
-fail:
-    return st;
+    return mr_comm_stream_wait(dv->own_gcomm ? dv->gcomm : NULL, dv->be, dv->dev.index, dv->stream, &dv->ev_wait, what);
 }
 
 mr_status tr_dev_bufs(trainer *t, int push) {
