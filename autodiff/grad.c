@@ -85,6 +85,26 @@ static void bwd_node(grad_ctx *c, mr_op_id op, const mr_val *in, int n_in, const
 
 /* ---- rules: nd is the forward node, dy the gradient of its output 0 ---------------------------- */
 
+/* dy in the half type ht for the gradient GEMMs: a CAST, or, when dy comes straight from a
+ * SOFTMAX_BWD that reads half probabilities (the CPU's mixed attention, autodiff/nn.c) and nothing
+ * reads dy yet, that node writes ht itself (core/ops.h SOFTMAX_BWD: the same bits as the cast). */
+static mr_val half_dc(grad_ctx *c, mr_val dy, mr_dtype ht) {
+    mr_graph *g = c->g;
+    const mr_gval *v = &g->vals[dy.id];
+    if (v->kind == MR_VAL_NODE && v->slot == 0 && v->dtype == MR_F32) {
+        const mr_gnode *pn = &g->nodes[v->node];
+        const mr_dtype yt = pn->op == MR_OP_SOFTMAX_BWD ? g->vals[pn->in[0]].dtype : MR_F32;
+        int read = 0;
+        for (int32_t n = v->node + 1; n < g->nnodes && !read; n++)
+            for (int i = 0; i < g->nodes[n].n_in; i++) read |= g->nodes[n].in[i] == dy.id;
+        if ((yt == MR_BF16 || yt == MR_F16) && !read) {
+            g->vals[dy.id].dtype = ht;
+            return dy;
+        }
+    }
+    return mr_graph_cast(g, dy, ht);
+}
+
 /* C = epi(alpha * op(A) op(B) + bias), A (...,M,K) or (...,K,M), B (K,N) / (N,K) or batched
  * like A, bias (N) optional, epi the identity or GELU. With GELU the gradient first goes through
  * it, dpre = GELU_BWD(pre, dC), pre being the node's saved output 1; the bias then gets dpre
@@ -103,35 +123,54 @@ static void rule_gemm(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
         mr_graph_fail(g, MR_ERR_INVALID, "mr_graph_grad: gemm with beta %g has no gradient rule", p->beta);
         return;
     }
+    int32_t pre = 0;
     if (p->epilogue == MR_GEMM_EPI_GELU) {
-        int32_t pre = nd->out[1];
+        pre = nd->out[1];
         if (pre == 0) {
             mr_graph_fail(g, MR_ERR_INVALID,
                           "mr_graph_grad: a gemm with the GELU epilogue needs its pre-activation (output 1) for "
                           "the gradient; build it with mr_graph_linear, which keeps it");
             return;
         }
-        mr_val in[3] = {V(pre), MR_VAL_NONE, dy}, dpre;
-        int want = 1;
-        bwd_node(c, MR_OP_GELU_BWD, in, 3, NULL, &pre, &want, 1, &dpre);
-        dy = dpre;
     }
-    if (is_active(c, bias)) {
-        /* dbias = dC summed over all leading dims, kept dims reshaped away by fit() */
+    const int gemms = is_active(c, a) || is_active(c, b), want_bias = is_active(c, bias);
+    /* half operands: the gradient GEMMs take dC in the same half type (f32 results) */
+    const mr_dtype ht = vdtype(c, a);
+    const int half = ht == MR_BF16 || ht == MR_F16;
+    const mr_dtype dyt = mr_graph_dtype(g, dy);
+    if ((dyt == MR_F32 || dyt == MR_F64) && (pre || (half && gemms && want_bias))) {
+        /* one GEMM_DC pass over dy: the GELU gradient, the bias sum and the half cast together,
+         * where GELU_BWD, SUM and CAST would each read dy (and GELU_BWD write dpre) */
         mr_shape sy = mr_graph_shape(g, dy);
-        uint32_t axes = 0;
-        for (int i = 0; i < sy.ndim - 1; i++) axes |= 1u << i;
-        acc(c, bias, fit(c, bias, axes ? mr_graph_sum(g, dy, axes) : dy));
+        mr_val in[2] = {dy, pre ? V(pre) : MR_VAL_NONE}, outs[2];
+        int dts[2] = {gemms ? (int)(half ? ht : dyt) : -1, want_bias ? (int)dyt : -1};
+        mr_shape shapes[2] = {sy, mr_shape_1d(sy.dim[sy.ndim - 1])};
+        (void)mr_graph_node(g, MR_OP_GEMM_DC, in, 2, NULL, dts, shapes, 2, outs);
+        if (want_bias) acc(c, bias, fit(c, bias, outs[1]));
+        if (!gemms) return;
+        dy = outs[0];
+    } else {
+        if (pre) {
+            mr_val in[3] = {V(pre), MR_VAL_NONE, dy}, dpre;
+            int want = 1;
+            bwd_node(c, MR_OP_GELU_BWD, in, 3, NULL, &pre, &want, 1, &dpre);
+            dy = dpre;
+        }
+        if (want_bias) {
+            /* dbias = dC summed over all leading dims, kept dims reshaped away by fit() */
+            mr_shape sy = mr_graph_shape(g, dy);
+            uint32_t axes = 0;
+            for (int i = 0; i < sy.ndim - 1; i++) axes |= 1u << i;
+            acc(c, bias, fit(c, bias, axes ? mr_graph_sum(g, dy, axes) : dy));
+        }
+        if (!gemms) return;
+        if (half) dy = half_dc(c, dy, ht);
     }
-    if (!is_active(c, a) && !is_active(c, b)) return;
     int saved_tf32 = g->allow_tf32;
     g->allow_tf32 = p->allow_tf32;
     mr_val A = V(a), B = V(b);
     mr_shape sa = vshape(c, a), sb = vshape(c, b);
     int shared = sb.ndim == 2 && sa.ndim > 2;
-    /* half operands: the gradient GEMMs take dC in the same half type (f32 results) */
-    mr_dtype ht = vdtype(c, a);
-    if (ht == MR_BF16 || ht == MR_F16) dy = mr_graph_cast(g, dy, ht);
     if (is_active(c, a)) {
         mr_val da;
         if (!ta)
@@ -360,12 +399,15 @@ static void rule_dropout(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
     acc(c, nd->in[0], dx);
 }
 
-/* PERMUTE: dx = dy permuted by the inverse permutation. */
+/* PERMUTE: dx = dy permuted by the inverse permutation, in x's dtype (a permute that cast an f32
+ * x to a half y may get an f32 dy from the GEMMs that read y, or a half one). */
 static void rule_permute(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
     int inv[MR_MAX_DIMS] = {0};
     int nd_x = vshape(c, nd->in[0]).ndim;
     for (int i = 0; i < nd_x; i++) inv[nd->p.permute.perm[i]] = i;
-    acc(c, nd->in[0], mr_graph_permute(c->g, dy, inv));
+    mr_val dx = mr_graph_permute(c->g, dy, inv);
+    const mr_dtype want = vdtype(c, nd->in[0]);
+    acc(c, nd->in[0], mr_graph_dtype(c->g, dx) == want ? dx : mr_graph_cast(c->g, dx, want));
 }
 
 /* CAST: dx = dy cast back to x's dtype. */

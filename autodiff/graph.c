@@ -360,10 +360,15 @@ mr_val mr_graph_softmax(mr_graph *g, mr_val x) {
 
 mr_val mr_graph_causal_softmax(mr_graph *g, mr_val x) {
     if (!ok_val(g, x, "softmax", "x")) return MR_VAL_NONE;
+    return mr_graph_causal_softmax_to(g, x, g->vals[x.id].dtype);
+}
+
+mr_val mr_graph_causal_softmax_to(mr_graph *g, mr_val x, mr_dtype dt) {
+    if (!ok_val(g, x, "softmax", "x")) return MR_VAL_NONE;
     mr_op_params p;
     memset(&p, 0, sizeof p);
     p.softmax.causal = 1;
-    return node1(g, MR_OP_SOFTMAX, &x, 1, &p, g->vals[x.id].dtype, g->vals[x.id].shape);
+    return node1(g, MR_OP_SOFTMAX, &x, 1, &p, dt, g->vals[x.id].shape);
 }
 
 mr_val mr_graph_log_softmax(mr_graph *g, mr_val x) {
@@ -540,6 +545,11 @@ mr_val mr_graph_dropout(mr_graph *g, mr_val x, double prob, uint64_t seed, uint6
 
 mr_val mr_graph_permute(mr_graph *g, mr_val x, const int *perm) {
     if (!ok_val(g, x, "permute", "x")) return MR_VAL_NONE;
+    return mr_graph_permute_to(g, x, perm, g->vals[x.id].dtype);
+}
+
+mr_val mr_graph_permute_to(mr_graph *g, mr_val x, const int *perm, mr_dtype dt) {
+    if (!ok_val(g, x, "permute", "x")) return MR_VAL_NONE;
     mr_shape sx = g->vals[x.id].shape, sy = sx;
     mr_op_params p;
     memset(&p, 0, sizeof p);
@@ -551,7 +561,7 @@ mr_val mr_graph_permute(mr_graph *g, mr_val x, const int *perm) {
         p.permute.perm[i] = perm[i];
         sy.dim[i] = sx.dim[perm[i]];
     }
-    return node1(g, MR_OP_PERMUTE, &x, 1, &p, g->vals[x.id].dtype, sy);
+    return node1(g, MR_OP_PERMUTE, &x, 1, &p, dt, sy);
 }
 
 mr_val mr_graph_cast(mr_graph *g, mr_val x, mr_dtype dt) {

@@ -113,6 +113,9 @@ mr_val mr_graph_max(mr_graph *g, mr_val x, uint32_t axes);
 mr_val mr_graph_softmax(mr_graph *g, mr_val x);     /* over the last axis */
 /* Softmax of x (..., T, S) where row i sees columns j <= i + S - T only (causal attention). */
 mr_val mr_graph_causal_softmax(mr_graph *g, mr_val x);
+/* The causal softmax with y in dtype dt: x's, or bf16/f16 for an f32 x (probabilities computed in
+ * f32 and rounded once; CPU only, core/ops.h MR_OP_SOFTMAX). The backward reads that y. */
+mr_val mr_graph_causal_softmax_to(mr_graph *g, mr_val x, mr_dtype dt);
 mr_val mr_graph_log_softmax(mr_graph *g, mr_val x);
 /* Per-row loss (N) of softmax cross-entropy; logits (N,C) float, labels (N) i32. */
 mr_val mr_graph_softmax_xent(mr_graph *g, mr_val logits, mr_val labels, int64_t ignore_index);
@@ -144,6 +147,9 @@ mr_val mr_graph_avgpool2d(mr_graph *g, mr_val x, int kernel, int stride, int pad
 /* Inverted dropout; seed and offset pick the mask (the trainer advances offset each step). */
 mr_val mr_graph_dropout(mr_graph *g, mr_val x, double p, uint64_t seed, uint64_t offset);
 mr_val mr_graph_permute(mr_graph *g, mr_val x, const int *perm);
+/* The permute with y in dtype dt: x's, or bf16/f16 for an f32 x (a permute and a cast in one pass;
+ * CPU only, core/ops.h MR_OP_PERMUTE). Its gradient comes back in x's dtype. */
+mr_val mr_graph_permute_to(mr_graph *g, mr_val x, const int *perm, mr_dtype dt);
 mr_val mr_graph_cast(mr_graph *g, mr_val x, mr_dtype dt);
 /* y = hook(x) (core/ops.h MR_OP_HOOK; hook is borrowed for the graph's and its plans' lives): a
  * collective inside a graph. Its gradient is the same hook applied to dy. */

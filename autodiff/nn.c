@@ -283,7 +283,7 @@ static mr_val linear(mr_nn *nn, const char *name, mr_val x, int64_t out, int bia
          * GEMM that accumulates and writes f32 (the f32 bias is added in its epilogue); the
          * gradients flow back through the casts (the GEMM's dy is cast to the low type too, so an
          * f16 backward can overflow: loss scaling) */
-        xi = mr_graph_cast(nn->g, x, nn->compute);
+        if (mr_graph_dtype(nn->g, x) != nn->compute) xi = mr_graph_cast(nn->g, x, nn->compute);
         wi = mr_graph_cast(nn->g, w, nn->compute);
     }
     return mr_graph_linear(nn->g, xi, wi, b, gelu);
@@ -387,13 +387,21 @@ mr_val mr_nn_causal_attention(mr_nn *nn, const char *name, mr_val x, int heads) 
     snprintf(ln, sizeof ln, "%s.c_attn", name);
     mr_val qkv = mr_nn_linear(nn, ln, x, 3 * C, 1);                          /* (B,T,3C) */
     mr_val q5 = mr_graph_reshape(g, qkv, mr_shape_make(5, (int64_t[]){B, T, 3, H, D}));
-    mr_val p5 = mr_graph_permute(g, q5, (int[]){2, 0, 3, 1, 4});              /* (3,B,H,T,D) */
+    const int fused = mr_nn_attention_fused(nn, D);
+    /* mixed bf16 on the CPU, unfused: the four batched GEMMs of each pass in bf16 (the
+     * AMX/vdpbf16ps kernels; products exact, f32 sums and results), on bf16 q, k, v and
+     * probabilities, as PyTorch's autocast runs bmm; the softmax computes in f32 (docs/DESIGN.md
+     * "bf16 GEMM on the GPT's shapes"). The head-splitting permute writes bf16 q, k, v itself, the
+     * softmax bf16 probabilities (which its backward reads) and the head-merging permute a bf16
+     * c_proj input (core/ops.h PERMUTE, SOFTMAX: no cast passes over them). */
+    const int bf = !fused && nn->device == MR_DEVICE_CPU && nn->compute == MR_BF16 && nn->dtype == MR_F32;
+    mr_val p5 = mr_graph_permute_to(g, q5, (int[]){2, 0, 3, 1, 4}, bf ? MR_BF16 : mr_graph_dtype(g, q5)); /* (3,B,H,T,D) */
     const int64_t one = B * H * T * D;
     mr_shape bhtd = mr_shape_4d(B, H, T, D);
     mr_val q = mr_graph_slice(g, p5, 0, bhtd), k = mr_graph_slice(g, p5, one, bhtd);
     mr_val v = mr_graph_slice(g, p5, 2 * one, bhtd);
     mr_val y;
-    if (mr_nn_attention_fused(nn, D)) {
+    if (fused) {
         /* one fused node, on half casts of q, k, v under a mixed policy; y back to the model's dtype
          * (docs/DESIGN.md "Attention") */
         mr_dtype h = nn->compute == MR_BF16 || nn->compute == MR_F16 ? nn->compute : nn->dtype;
@@ -405,22 +413,12 @@ mr_val mr_nn_causal_attention(mr_nn *nn, const char *name, mr_val x, int heads) 
         y = mr_graph_attention(g, q, k, v, 1.0 / sqrt((double)D), 1);
         if (h != nn->dtype) y = mr_graph_cast(g, y, nn->dtype);
     } else {
-        /* mixed bf16 on the CPU: the four batched GEMMs of each pass in bf16 (the AMX/vdpbf16ps
-         * kernels; products exact, f32 sums and results), on bf16 casts of q, k, v and of the
-         * probabilities, as PyTorch's autocast runs bmm; the softmax stays f32 (docs/DESIGN.md
-         * "bf16 GEMM on the GPT's shapes") */
-        int bf = nn->device == MR_DEVICE_CPU && nn->compute == MR_BF16 && nn->dtype == MR_F32;
-        if (bf) {
-            q = mr_graph_cast(g, q, MR_BF16);
-            k = mr_graph_cast(g, k, MR_BF16);
-            v = mr_graph_cast(g, v, MR_BF16);
-        }
         mr_val att = mr_graph_matmul(g, q, k, 0, 1, 1.0 / sqrt((double)D)); /* (B,H,T,T) */
-        att = mr_graph_causal_softmax(g, att);                               /* row t sees positions <= t */
-        if (bf) att = mr_graph_cast(g, att, MR_BF16);
+        /* row t sees positions <= t; bf16 probabilities written by the softmax itself */
+        att = mr_graph_causal_softmax_to(g, att, bf ? MR_BF16 : mr_graph_dtype(g, att));
         y = mr_graph_matmul(g, att, v, 0, 0, 1.0);                           /* (B,H,T,D) */
     }
-    y = mr_graph_permute(g, y, (int[]){0, 2, 1, 3});                           /* (B,T,H,D) */
+    y = mr_graph_permute_to(g, y, (int[]){0, 2, 1, 3}, bf ? MR_BF16 : mr_graph_dtype(g, y)); /* (B,T,H,D) */
     y = mr_graph_reshape(g, y, mr_shape_3d(B, T, C));
     snprintf(ln, sizeof ln, "%s.c_proj", name);
     return mr_nn_linear(nn, ln, y, C, 1);

@@ -84,6 +84,7 @@ static const mr_op_info g_ops[MR_OP_COUNT] = {
        CUDA_FN(mr_attention_fwd_cuda)),
     OP(MR_OP_ATTENTION_BWD, "attention_bwd", 6, 3, MR_OP_ATTENTION, attention_bwd, mr_attention_bwd_workspace,
        CUDA_FN(mr_attention_bwd_cuda)),
+    OP(MR_OP_GEMM_DC, "gemm_dc", 2, 2, MR_OP_GEMM, gemm_dc, mr_gemm_dc_workspace, CUDA_FN(mr_gemm_dc_cuda)),
 };
 
 const mr_op_info *mr_op_get(mr_op_id op) {

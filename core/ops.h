@@ -59,9 +59,13 @@ typedef enum mr_op_id {
     MR_OP_SUM_BWD, MR_OP_MEAN_BWD, MR_OP_MAX_BWD,
     /* Over the last axis. in: x; out: y. SOFTMAX with p.softmax.causal: x is (..., T, S) and
      * row i sees columns j <= i + S - T only; the others get probability 0 (as an additive
-     * -inf causal mask would give, without the mask's pass over memory). */
+     * -inf causal mask would give, without the mask's pass over memory).
+     * SOFTMAX of an f32 x may write a bf16/f16 y (CPU only): computed in f32, each probability
+     * rounded as CAST rounds it (mixed precision's probabilities for a half GEMM, no cast pass). */
     MR_OP_SOFTMAX, MR_OP_LOG_SOFTMAX,
-    /* in: y (the forward output), dy; out: dx. */
+    /* in: y (the forward output), dy; out: dx. SOFTMAX_BWD (CPU only) takes a half y (the
+     * forward's half output, widened exactly) with an f32 dy, and may write a half dx (computed in
+     * f32, rounded as CAST): the cast a half GEMM reading dx needs, folded in (autodiff/grad.c). */
     MR_OP_SOFTMAX_BWD, MR_OP_LOG_SOFTMAX_BWD,
     /* Fused softmax cross-entropy. in: logits (N,C), labels (N) i32; out: loss (N), probs (N,C).
      * loss[i] = logsumexp(logits[i]) - logits[i, label]; rows whose label equals
@@ -132,7 +136,8 @@ typedef enum mr_op_id {
     /* in: dy; out: dx (recomputes the same mask). */
     MR_OP_DROPOUT_BWD,
     /* Transpose as an op: y = x permuted by p.permute.perm (y.dim[i] = x.dim[perm[i]]).
-     * in: x; out: y. Its gradient is the inverse permutation. */
+     * in: x; out: y. Its gradient is the inverse permutation. y has x's dtype, or (CPU only) an
+     * f32 x goes into a bf16/f16 y rounded as CAST rounds: a permute and a cast in one pass. */
     MR_OP_PERMUTE,
     /* Flat concatenation: in: up to MR_OP_MAX_IO contiguous buffers of one dtype (absent ones,
      * data NULL, are skipped); out: y whose numel is the sum of theirs, in order. Its gradient is
@@ -164,6 +169,16 @@ typedef enum mr_op_id {
     /* in: q, k, v, y, lse (the forward's outputs), dy (y's shape and dtype); out: dq, dk, dv
      * (the shapes and dtype of q, k, v). Same p.attention as the forward. */
     MR_OP_ATTENTION_BWD,
+    /* A GEMM's backward, before its gradient GEMMs (autodiff/grad.c rule_gemm), in one pass over
+     * dy instead of GELU_BWD, SUM and CAST passes. in: dy (..., N), pre (dy's shape, optional:
+     * the GELU epilogue's pre-activation); out: dc (dy's shape, optional), dbias (N, optional).
+     * g = dy, or gelu_grad(pre, dy) (GELU_BWD's math) when pre is given, in dy's type;
+     * dc = g in dc's dtype (rounded to nearest even for bf16/f16, as CAST); dbias[j] = the sum of
+     * g[.., j] over every row. dy, pre and dbias: one float dtype (f32, or f64 with dc f64 too);
+     * dc: f32, bf16 or f16 with an f32 dy. At least one output. No params.
+     * Sum order (CPU): rows in fixed blocks of 64 summed in row order, then the blocks in order,
+     * so dbias does not depend on the thread count. */
+    MR_OP_GEMM_DC,
     MR_OP_COUNT
 } mr_op_id;
 

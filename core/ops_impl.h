@@ -49,6 +49,7 @@ MR_DECLARE_KERNELS(adamw_update)
 MR_DECLARE_KERNELS(hook)               /* hook_ref.c: one function for every backend */
 MR_DECLARE_KERNELS(attention_fwd)      /* attention_{ref,cpu}.c, cuda/attention.cu */
 MR_DECLARE_KERNELS(attention_bwd)
+MR_DECLARE_KERNELS(gemm_dc)            /* gemm_dc_{ref,cpu}.c, cuda/gemm_dc.cu */
 
 /* SOFTMAX_XENT(_BWD): rejects a label outside [0, C) that is not ignore_index, before any output
  * is written (softmax_ref.c; the CPU kernels use it too). The CUDA kernels cannot (the labels are
@@ -72,6 +73,9 @@ size_t mr_embedding_bwd_workspace(const mr_op_args *a);
  * f32 copies of one (T, D)/(S, D) slice of each operand (core/cpu/attention_cpu.c). */
 size_t mr_attention_fwd_workspace(const mr_op_args *a);
 size_t mr_attention_bwd_workspace(const mr_op_args *a);
+/* Scratch bytes for GEMM_DC's CPU kernel: the dbias partial sums of every 64-row block. */
+size_t mr_gemm_dc_workspace(const mr_op_args *a);
+#define MR_GEMM_DC_ROWS 64
 
 /* How attention ran on CUDA devices (mr_attention_paths_get, core/ops.h): attention.cu notes
  * each call, cudnn 1 for cuDNN's flash attention (core/cuda/attention_cudnn.cu), 0 for mirror's

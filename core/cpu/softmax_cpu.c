@@ -5,6 +5,7 @@
  * order, so results do not depend on the thread count. */
 #include "core/ops_impl.h"
 #include "core/cpu/cpu_impl.h"
+#include "core/math/half_math.h"
 #include "core/math/softmax_math.h"
 
 #include <math.h>
@@ -75,6 +76,71 @@ static mr_status f32_only(const mr_op_args *a, mr_dtype dt) {
 DEFINE_SOFTMAX_ROWS(def, )
 DEFINE_SOFTMAX_ROWS(512, __attribute__((target("avx512f"))))
 
+/* Half views (mixed precision, core/ops.h SOFTMAX / SOFTMAX_BWD). Forward: the first n of c
+ * columns as softmax_row's f32 values (the same max, sum and exp(x - m) * (1/s) per element; the
+ * exponentials recomputed rather than stored, as y has no room for f32), each rounded to bf16
+ * (f16 1) as CAST rounds, the rest 0. Backward: y widened exactly, the same dot product and
+ * gradient as softmax_bwd_row's, dx f32 or rounded to bf16/f16 (dxh 1/2). */
+#define DEFINE_SOFTMAX_HALF_ROWS(SUF, ATTR)                                                         \
+    ATTR static void softmax_row_h_##SUF(const float *restrict x, uint16_t *restrict y, int64_t c, int64_t n, \
+                                         int f16) {                                                 \
+        float m = row_max_##SUF(x, n), s = 0.0f;                                                    \
+        _Pragma("omp simd reduction(+ : s)") for (int64_t j = 0; j < n; j++) s += expf(x[j] - m);   \
+        const float inv = 1.0f / s;                                                                 \
+        if (!f16) {                                                                                 \
+            _Pragma("omp simd") for (int64_t j = 0; j < n; j++) y[j] = mr_f32_to_bf16(expf(x[j] - m) * inv); \
+        } else {                                                                                    \
+            /* f16's rounding does not vectorise: the probabilities in vector chunks first (chunks \
+             * of a multiple of 16, so the same elements take libmvec's body as in softmax_row) */ \
+            for (int64_t j0 = 0; j0 < n; j0 += 256) {                                               \
+                const int64_t k = n - j0 < 256 ? n - j0 : 256;                                      \
+                float t[256];                                                                       \
+                _Pragma("omp simd") for (int64_t j = 0; j < k; j++) t[j] = expf(x[j0 + j] - m) * inv; \
+                for (int64_t j = 0; j < k; j++) y[j0 + j] = mr_f32_to_f16(t[j]);                    \
+            }                                                                                       \
+        }                                                                                           \
+        memset(y + n, 0, (size_t)(c - n) * sizeof(uint16_t));                                       \
+    }                                                                                               \
+    ATTR static void softmax_bwd_row_h_##SUF(const void *restrict yv, int yh, const float *restrict g, \
+                                             void *restrict dxv, int dxh, int64_t c) {              \
+        const float *restrict y32 = yv;                                                             \
+        const uint16_t *restrict y16 = yv;                                                          \
+        float s = 0.0f;                                                                             \
+        if (yh == 0) {                                                                              \
+            _Pragma("omp simd reduction(+ : s)") for (int64_t j = 0; j < c; j++) s += g[j] * y32[j]; \
+        } else if (yh == 1) {                                                                       \
+            _Pragma("omp simd reduction(+ : s)") for (int64_t j = 0; j < c; j++) s += g[j] * mr_bf16_to_f32(y16[j]); \
+        } else {                                                                                    \
+            for (int64_t j = 0; j < c; j++) s += g[j] * mr_f16_to_f32(y16[j]);                      \
+        }                                                                                           \
+        float *restrict d32 = dxv;                                                                  \
+        uint16_t *restrict d16 = dxv;                                                               \
+        for (int64_t j0 = 0; j0 < c; j0 += 256) {                                                   \
+            const int64_t m = c - j0 < 256 ? c - j0 : 256;                                          \
+            float t[256];                                                                           \
+            if (yh == 0) {                                                                          \
+                _Pragma("omp simd") for (int64_t j = 0; j < m; j++) t[j] = mr_softmax_grad_f32(y32[j0 + j], g[j0 + j], s); \
+            } else if (yh == 1) {                                                                   \
+                _Pragma("omp simd") for (int64_t j = 0; j < m; j++)                                 \
+                    t[j] = mr_softmax_grad_f32(mr_bf16_to_f32(y16[j0 + j]), g[j0 + j], s);          \
+            } else {                                                                                \
+                for (int64_t j = 0; j < m; j++) t[j] = mr_softmax_grad_f32(mr_f16_to_f32(y16[j0 + j]), g[j0 + j], s); \
+            }                                                                                       \
+            if (dxh == 0) {                                                                         \
+                memcpy(d32 + j0, t, (size_t)m * sizeof(float));                                     \
+            } else if (dxh == 1) {                                                                  \
+                _Pragma("omp simd") for (int64_t j = 0; j < m; j++) d16[j0 + j] = mr_f32_to_bf16(t[j]); \
+            } else {                                                                                \
+                for (int64_t j = 0; j < m; j++) d16[j0 + j] = mr_f32_to_f16(t[j]);                  \
+            }                                                                                       \
+        }                                                                                           \
+    }
+
+DEFINE_SOFTMAX_HALF_ROWS(def, )
+DEFINE_SOFTMAX_HALF_ROWS(512, __attribute__((target("avx512f,avx512bw"))))
+
+static int half_kind(mr_dtype t) { return t == MR_BF16 ? 1 : t == MR_F16 ? 2 : 0; }
+
 typedef void (*softmax_row_fn)(const float *, float *, int64_t, int);
 typedef void (*softmax_bwd_row_fn)(const float *, const float *, float *, int64_t, int);
 typedef float (*xent_row_fn)(const float *, float *, int64_t, int32_t, int);
@@ -89,6 +155,17 @@ mr_status mr_softmax_fwd_cpu(const mr_op_args *a) {
     float *Y = a->out[0].data;
     const int log_sm = a->op == MR_OP_LOG_SOFTMAX;
     if (cols == 0) return MR_OK;
+    const int yh = half_kind(a->out[0].dtype);
+    if (yh) {
+        uint16_t *Y16 = a->out[0].data;
+        const mr_cpu_caps *caps = mr_cpu_caps_get();
+        void (*hrow)(const float *, uint16_t *, int64_t, int64_t, int) =
+            caps->avx512f && caps->avx512bw ? softmax_row_h_512 : softmax_row_h_def;
+#pragma omp parallel for schedule(static) if (rows * cols > SM_PAR_MIN)
+        for (int64_t r = 0; r < rows; r++)
+            hrow(X + r * cols, Y16 + r * cols, cols, mr_softmax_causal_cols(a, r, cols), yh == 2);
+        return MR_OK;
+    }
     softmax_row_fn row = mr_cpu_caps_get()->avx512f ? softmax_row_512 : softmax_row_def;
     if (a->p.softmax.causal) {
         /* a row sees its first n columns; the rest are 0 (half the work of a masked softmax) */
@@ -108,12 +185,24 @@ mr_status mr_softmax_fwd_cpu(const mr_op_args *a) {
 /* y, dy (rows, cols) -> dx (rows, cols) */
 mr_status mr_softmax_bwd_cpu(const mr_op_args *a) {
     if (mr_op_is_f64(a)) return mr_softmax_bwd_ref(a);
-    if (a->in[0].dtype != MR_F32) return f32_only(a, a->in[0].dtype);
+    if (a->in[1].dtype != MR_F32) return f32_only(a, a->in[1].dtype);
     int64_t rows, cols;
     mr_shape_rows_cols(&a->in[0].shape, &rows, &cols);
     const float *Y = a->in[0].data, *G = a->in[1].data;
     float *DX = a->out[0].data;
     const int log_sm = a->op == MR_OP_LOG_SOFTMAX_BWD;
+    const int yh = half_kind(a->in[0].dtype), dxh = half_kind(a->out[0].dtype);
+    if (yh || dxh) {
+        const mr_cpu_caps *caps = mr_cpu_caps_get();
+        void (*hrow)(const void *, int, const float *, void *, int, int64_t) =
+            caps->avx512f && caps->avx512bw ? softmax_bwd_row_h_512 : softmax_bwd_row_h_def;
+        const size_t ys = yh ? sizeof(uint16_t) : sizeof(float), ds = dxh ? sizeof(uint16_t) : sizeof(float);
+#pragma omp parallel for schedule(static) if (rows * cols > SM_PAR_MIN)
+        for (int64_t r = 0; r < rows; r++)
+            hrow((const char *)a->in[0].data + (size_t)(r * cols) * ys, yh, G + r * cols,
+                 (char *)a->out[0].data + (size_t)(r * cols) * ds, dxh, cols);
+        return MR_OK;
+    }
     softmax_bwd_row_fn row = mr_cpu_caps_get()->avx512f ? softmax_bwd_row_512 : softmax_bwd_row_def;
 #pragma omp parallel for schedule(static) if (rows * cols > SM_PAR_MIN)
     for (int64_t r = 0; r < rows; r++) row(Y + r * cols, G + r * cols, DX + r * cols, cols, log_sm);

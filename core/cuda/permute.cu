@@ -177,6 +177,11 @@ extern "C" mr_status mr_permute_fwd_cuda(const mr_op_args *a) {
     int64_t n = mr_shape_numel(&a->in[0].shape);
     if (dt != MR_F32 && dt != MR_F64)
         return mr_op_error(a, "the CUDA kernel takes f32 or f64, got %s", mr_dtype_name(dt));
+    if (a->out[0].dtype != dt)
+        return mr_set_error(MR_ERR_UNSUPPORTED,
+                            "permute: the CUDA kernel does not cast: y must be %s like x, got %s (a permute into a "
+                            "half type is a CPU fusion; on a GPU permute, then CAST)",
+                            mr_dtype_name(dt), mr_dtype_name(a->out[0].dtype));
     if (n == 0) return MR_OK;
     mr_perm_simplify(&a->in[0].shape, a->p.permute.perm, &pl);
     MR_TRY(mr_cuda_op_stream(a, &s));

@@ -136,8 +136,22 @@ static void softmax_fwd_launch(const mr_op_args *a, cudaStream_t s, int64_t rows
                    t_causal, log_sm);
 }
 
+/* The CPU's half probabilities and gradients (core/ops.h SOFTMAX, SOFTMAX_BWD) are refused by
+ * name rather than written as f32 into half tensors. */
+static mr_status no_half_views(const mr_op_args *a) {
+    const mr_dtype y = a->op == MR_OP_SOFTMAX_BWD ? a->in[0].dtype : a->out[0].dtype, dx = a->out[0].dtype;
+    if (y == MR_BF16 || y == MR_F16 || dx == MR_BF16 || dx == MR_F16)
+        return mr_set_error(MR_ERR_UNSUPPORTED,
+                            "%s: half probabilities or gradients are a CPU fusion; the CUDA kernels take f32 or "
+                            "f64 (cast after the op on a GPU)",
+                            mr_op_get(a->op)->name);
+    return MR_OK;
+}
+
 /* x (rows, cols) -> y (rows, cols) */
 extern "C" mr_status mr_softmax_fwd_cuda(const mr_op_args *a) {
+    mr_status st = no_half_views(a);
+    if (st != MR_OK) return st;
     return run_rows(a, softmax_fwd_launch<float>, softmax_fwd_launch<double>, 0);
 }
 
@@ -150,6 +164,8 @@ static void softmax_bwd_launch(const mr_op_args *a, cudaStream_t s, int64_t rows
 
 /* y, dy (rows, cols) -> dx (rows, cols) */
 extern "C" mr_status mr_softmax_bwd_cuda(const mr_op_args *a) {
+    mr_status st = no_half_views(a);
+    if (st != MR_OK) return st;
     return run_rows(a, softmax_bwd_launch<float>, softmax_bwd_launch<double>, 0);
 }
 

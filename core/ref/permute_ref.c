@@ -1,13 +1,17 @@
 /* Permute (a transpose as an op): y.dim[i] = x.dim[perm[i]], y[idx] = x[idx permuted back].
  * Argument checks and the scalar f64 reference. Its gradient is the permute by the inverse
- * permutation, so there is no PERMUTE_BWD. */
+ * permutation, so there is no PERMUTE_BWD. An f32 x may be permuted into a bf16/f16 y (rounded to
+ * nearest even, as CAST): the CPU kernel's fusion of a permute and the cast after it. */
 #include "core/ops_impl.h"
 
 mr_status mr_permute_fwd_check(const mr_op_args *a) {
     if (!a->in[0].data || !a->out[0].data) return mr_op_error(a, "x and y are required");
-    mr_dtype dt;
-    mr_status st = mr_op_check_float(a, 0, &dt);
-    if (st != MR_OK || (st = mr_op_check_all_float(a, dt)) != MR_OK) return st;
+    const mr_dtype xt = a->in[0].dtype, yt = a->out[0].dtype;
+    if (xt != MR_F32 && xt != MR_F64) return mr_op_error(a, "x (in[0]) must be f32 or f64, got %s", mr_dtype_name(xt));
+    /* y in x's dtype, or an f32 x rounded to bf16/f16 on the way (the CPU kernel's cast fusion) */
+    if (yt != xt && !(xt == MR_F32 && (yt == MR_BF16 || yt == MR_F16)))
+        return mr_op_error(a, "y (out[0]) is %s for an %s x: it must be x's dtype (or bf16/f16 for an f32 x)",
+                           mr_dtype_name(yt), mr_dtype_name(xt));
     const mr_shape *xs = &a->in[0].shape;
     const int *perm = a->p.permute.perm;
     char b1[128];

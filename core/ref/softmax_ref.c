@@ -10,11 +10,20 @@
 
 /* ---- softmax, log-softmax --------------------------------------------------------------------- */
 
+static int is_half(mr_dtype t) { return t == MR_BF16 || t == MR_F16; }
+
 mr_status mr_softmax_fwd_check(const mr_op_args *a) {
     if (a->op != MR_OP_SOFTMAX && a->op != MR_OP_LOG_SOFTMAX) return mr_op_error(a, "not a softmax op");
     if (!a->in[0].data || !a->out[0].data) return mr_op_error(a, "x and y are required");
-    mr_status st = mr_op_check_float(a, 0, NULL);
-    if (st != MR_OK) return st;
+    mr_status st;
+    if (is_half(a->out[0].dtype)) {
+        /* a half y from an f32 x: the probabilities rounded as CAST rounds them (CPU only) */
+        if (a->op != MR_OP_SOFTMAX || a->in[0].dtype != MR_F32)
+            return mr_op_error(a, "a %s y (out[0]) needs softmax (not log-softmax) of an f32 x, got %s",
+                               mr_dtype_name(a->out[0].dtype), mr_dtype_name(a->in[0].dtype));
+    } else if ((st = mr_op_check_float(a, 0, NULL)) != MR_OK) {
+        return st;
+    }
     if (a->p.softmax.causal) {
         const mr_shape *s = &a->in[0].shape;
         char b[128];
@@ -35,8 +44,19 @@ int64_t mr_softmax_causal_cols(const mr_op_args *a, int64_t row, int64_t cols) {
 mr_status mr_softmax_bwd_check(const mr_op_args *a) {
     if (a->op != MR_OP_SOFTMAX_BWD && a->op != MR_OP_LOG_SOFTMAX_BWD) return mr_op_error(a, "not a softmax backward op");
     if (!a->in[0].data || !a->in[1].data || !a->out[0].data) return mr_op_error(a, "y, dy and dx are required");
-    mr_status st = mr_op_check_float(a, 0, NULL);
-    if (st != MR_OK) return st;
+    mr_status st;
+    if (is_half(a->in[0].dtype) || is_half(a->out[0].dtype)) {
+        /* a half y (the forward's half output) and/or a half dx (rounded as CAST), f32 dy (CPU only) */
+        if (a->op != MR_OP_SOFTMAX_BWD || a->in[1].dtype != MR_F32 ||
+            !(a->in[0].dtype == MR_F32 || is_half(a->in[0].dtype)) ||
+            !(a->out[0].dtype == MR_F32 || is_half(a->out[0].dtype)))
+            return mr_op_error(a, "half views need softmax_bwd with an f32 dy (in[1]) and y, dx f32 or half; got y %s, "
+                                  "dy %s, dx %s",
+                               mr_dtype_name(a->in[0].dtype), mr_dtype_name(a->in[1].dtype),
+                               mr_dtype_name(a->out[0].dtype));
+    } else if ((st = mr_op_check_float(a, 0, NULL)) != MR_OK) {
+        return st;
+    }
     if ((st = mr_op_check_shape(a, &a->in[1], "dy (in[1])", &a->in[0].shape)) != MR_OK) return st;
     return mr_op_check_shape(a, &a->out[0], "dx (out[0])", &a->in[0].shape);
 }

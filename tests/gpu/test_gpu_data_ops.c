@@ -341,6 +341,24 @@ static void test_permute(void **state) {
     permute_case(mr_shape_make(8, d8), mix8, MR_F32, seed++, 1);
 }
 
+/* The CPU's permute into a half type (core/ops.h MR_OP_PERMUTE) is refused by the CUDA kernel,
+ * naming what it does not do, instead of writing f32 bytes into a half tensor. */
+static void test_permute_cast_refused(void **state) {
+    (void)state;
+    const mr_shape xs = mr_shape_2d(4, 6), ys = mr_shape_2d(6, 4);
+    mr_op_args f;
+    mr_op_args_init(&f, MR_OP_PERMUTE);
+    f.p.permute.perm[0] = 1;
+    f.in[0] = mr_tensor_as_view(gpu_upload(gpu_rand(mr_shape_numel(&xs), -1, 1, 78, MR_F32), MR_F32, xs));
+    f.out[0] = mr_tensor_as_view(gpu_alloc(MR_BF16, ys));
+    f.device = 0;
+    const mr_status st = mr_op_run(MR_DEVICE_CUDA, &f);
+    printf("permute f32 -> bf16 on cuda:0: %s: %s\n", mr_status_name(st), mr_last_error());
+    assert_int_equal(st, MR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(mr_last_error(), "does not cast"));
+    gpu_free_all();
+}
+
 /* ---- concat ----------------------------------------------------------------------------------- */
 
 /* Values of dtype t that the dtype holds exactly. */
@@ -533,7 +551,7 @@ int main(void) {
     if (gpu_none()) return 77;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embedding), cmocka_unit_test(test_embedding_bad_ids), cmocka_unit_test(test_dropout),
-        cmocka_unit_test(test_permute),   cmocka_unit_test(test_concat),            cmocka_unit_test(test_maxpool),
+        cmocka_unit_test(test_permute),   cmocka_unit_test(test_permute_cast_refused), cmocka_unit_test(test_concat),            cmocka_unit_test(test_maxpool),
         cmocka_unit_test(test_maxpool_relu_refused),
         cmocka_unit_test(test_avgpool),
     };

@@ -285,6 +285,32 @@ static void xent_case(mr_dtype dt, int64_t n, int64_t c, int64_t ignore, uint64_
 
 /* A label outside [0, C) that is not ignore_index: the GPU cannot refuse it without a sync, so
  * that row's loss and gradient are NaN and the other rows are unaffected. */
+/* The CPU's half probabilities and gradients (core/ops.h SOFTMAX, SOFTMAX_BWD) are refused by the
+ * CUDA kernels by name, never written as f32 into half tensors. */
+static void test_softmax_half_refused(void **state) {
+    (void)state;
+    const mr_shape s = mr_shape_2d(4, 8);
+    mr_tensor *x = gpu_upload(gpu_rand(32, -1, 1, 2100, MR_F32), MR_F32, s), *yh = gpu_alloc(MR_BF16, s);
+    mr_tensor *dy = gpu_upload(gpu_rand(32, -1, 1, 2101, MR_F32), MR_F32, s), *dx = gpu_alloc(MR_F32, s);
+    mr_op_args f;
+    mr_op_args_init(&f, MR_OP_SOFTMAX);
+    f.in[0] = mr_tensor_as_view(x);
+    f.out[0] = mr_tensor_as_view(yh);
+    mr_status st = mr_op_run(MR_DEVICE_CUDA, &f);
+    printf("softmax f32 -> bf16 on cuda:0: %s: %s\n", mr_status_name(st), mr_last_error());
+    assert_int_equal(st, MR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(mr_last_error(), "CPU fusion"));
+    mr_op_args b;
+    mr_op_args_init(&b, MR_OP_SOFTMAX_BWD);
+    b.in[0] = mr_tensor_as_view(yh);
+    b.in[1] = mr_tensor_as_view(dy);
+    b.out[0] = mr_tensor_as_view(dx);
+    st = mr_op_run(MR_DEVICE_CUDA, &b);
+    assert_int_equal(st, MR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(mr_last_error(), "softmax_bwd"));
+    gpu_free_all();
+}
+
 static void test_xent_bad_label(void **state) {
     (void)state;
     const int64_t n = 3, c = 10;
@@ -464,7 +490,7 @@ static void test_batchnorm(void **state) {
 int main(void) {
     if (gpu_none()) return 77;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reduce), cmocka_unit_test(test_reduce_empty),  cmocka_unit_test(test_binary_bwd),     cmocka_unit_test(test_softmax),
+        cmocka_unit_test(test_reduce), cmocka_unit_test(test_reduce_empty),  cmocka_unit_test(test_binary_bwd),     cmocka_unit_test(test_softmax), cmocka_unit_test(test_softmax_half_refused),
         cmocka_unit_test(test_xent),    cmocka_unit_test(test_xent_bad_label), cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_batchnorm),
     };

@@ -296,6 +296,63 @@ static void test_unary_bwd(void **state) {
     }
 }
 
+/* ---- GEMM_DC: a GEMM's dC (GELU gradient, half cast, bias sum) ------------------------------- */
+
+/* Against the f64 reference: f32 and f64, with and without the GELU pre-activation, each output
+ * alone and both, row counts that are not multiples of the kernel's lanes; twice, bit-identical
+ * (gpu_check_vs_ref). A half dc against the reference rounded once more. */
+static void test_gemm_dc(void **state) {
+    (void)state;
+    const mr_shape shapes[3] = {mr_shape_2d(7, 13), mr_shape_3d(3, 50, 129), mr_shape_2d(1000, 40)};
+    uint64_t seed = 1400;
+    for (int si = 0; si < 3; si++)
+        for (int pre = 0; pre < 2; pre++)
+            for (int outs = 1; outs < 4; outs++)
+                for (int di = 0; di < 2; di++) {
+                    const mr_dtype dt = di ? MR_F64 : MR_F32;
+                    const mr_shape s = shapes[si];
+                    const int64_t n = mr_shape_numel(&s), cols = s.dim[s.ndim - 1];
+                    mr_op_args r;
+                    mr_op_args_init(&r, MR_OP_GEMM_DC);
+                    r.in[0] = gpu_f64_view(gpu_rand(n, -2, 2, seed++, dt), s);
+                    if (pre) r.in[1] = gpu_f64_view(gpu_rand(n, -4, 4, seed++, dt), s);
+                    if (outs & 1) r.out[0] = th_view(MR_F64, s);
+                    if (outs & 2) r.out[1] = th_view(MR_F64, mr_shape_1d(cols));
+                    char what[80];
+                    snprintf(what, sizeof what, "gemm_dc shape %d pre %d outs %d %s", si, pre, outs, mr_dtype_name(dt));
+                    gpu_check_vs_ref(what, &r, dt, dt, TOL_F32_REDUCE_ATOL, TOL_F32_REDUCE_RTOL, TOL_F32_REDUCE_NMSE);
+                    gpu_free_all();
+                }
+    /* half dc: within one rounding of the reference */
+    const mr_dtype halves[2] = {MR_BF16, MR_F16};
+    for (int h = 0; h < 2; h++)
+        for (int pre = 0; pre < 2; pre++) {
+            const mr_shape s = mr_shape_2d(300, 70);
+            const int64_t n = mr_shape_numel(&s);
+            double *hdy = gpu_rand(n, -2, 2, seed++, MR_F32), *hpre = gpu_rand(n, -4, 4, seed++, MR_F32);
+            mr_tensor *dy = gpu_upload(hdy, MR_F32, s), *pt = gpu_upload(hpre, MR_F32, s);
+            mr_tensor *dc = gpu_upload(nan_vals(n), halves[h], s), *db = gpu_upload(nan_vals(70), MR_F32, mr_shape_1d(70));
+            mr_op_args g, r;
+            mr_op_args_init(&g, MR_OP_GEMM_DC);
+            r = g;
+            g.in[0] = mr_tensor_as_view(dy);
+            if (pre) g.in[1] = mr_tensor_as_view(pt);
+            g.out[0] = mr_tensor_as_view(dc);
+            g.out[1] = mr_tensor_as_view(db);
+            r.in[0] = gpu_f64_view(hdy, s);
+            if (pre) r.in[1] = gpu_f64_view(hpre, s);
+            r.out[0] = th_view(MR_F64, s);
+            r.out[1] = th_view(MR_F64, mr_shape_1d(70));
+            gpu_run_op(&g);
+            MR_ASSERT_OK(mr_op_run_ref(&r));
+            const double half_rtol = halves[h] == MR_BF16 ? 1.0 / 128 : 1.0 / 1024;
+            assert_true(th_compare("gemm_dc half dc", gpu_download(dc), MR_F64, r.out[0].data, n, 1e-6, half_rtol, 1e-4));
+            assert_true(th_compare("gemm_dc dbias (half dc)", gpu_download(db), MR_F64, r.out[1].data, 70,
+                                   TOL_F32_REDUCE_ATOL, TOL_F32_REDUCE_RTOL, TOL_F32_REDUCE_NMSE));
+            gpu_free_all();
+        }
+}
+
 /* ---- binary with broadcasting ----------------------------------------------------------------- */
 
 static void test_binary(void **state) {
@@ -667,6 +724,7 @@ int main(void) {
         cmocka_unit_test(test_ops_on_stream), cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_gemm_epilogue), cmocka_unit_test(test_gemm_tf32),
         cmocka_unit_test(test_unary_fwd),     cmocka_unit_test(test_unary_bwd),
+        cmocka_unit_test(test_gemm_dc),
         cmocka_unit_test(test_binary),        cmocka_unit_test(test_cast),
         cmocka_unit_test(test_sgd),           cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_update_by_pointer),

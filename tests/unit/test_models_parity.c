@@ -229,6 +229,39 @@ static void count_gemms(const mr_graph *g, int *bf16, int *all) {
     }
 }
 
+/* The mixed GPT's fusions (autodiff/nn.c, grad.c): no CAST reads a softmax's probabilities or its
+ * gradient (the softmax writes bf16 probabilities, its backward a bf16 gradient), the attention's
+ * permutes write bf16 q, k, v and c_proj's input, and every biased linear's dC, bias gradient and
+ * GELU gradient come from one GEMM_DC (no GELU_BWD or SUM nodes are left). */
+static void check_mixed_fusions(const mr_graph *g, int layers) {
+    int casts = 0, sm_bf = 0, smb_bf = 0, perm_bf = 0, dc = 0, gelu_bwd = 0, sums = 0;
+    for (int32_t i = 0; i < g->nnodes; i++) {
+        const mr_gnode *nd = &g->nodes[i];
+        const mr_dtype out = g->vals[nd->out[0]].dtype;
+        if (nd->op == MR_OP_CAST) {
+            casts++;
+            const mr_gval *x = &g->vals[nd->in[0]];
+            const mr_op_id from = x->kind == MR_VAL_NODE ? g->nodes[x->node].op : MR_OP_NONE;
+            if (from == MR_OP_SOFTMAX || from == MR_OP_SOFTMAX_BWD)
+                fail_msg("node %d: a CAST of a %s output", i, mr_op_get(from)->name);
+        }
+        sm_bf += nd->op == MR_OP_SOFTMAX && out == MR_BF16;
+        smb_bf += nd->op == MR_OP_SOFTMAX_BWD && out == MR_BF16;
+        perm_bf += nd->op == MR_OP_PERMUTE && out == MR_BF16;
+        dc += nd->op == MR_OP_GEMM_DC;
+        gelu_bwd += nd->op == MR_OP_GELU_BWD;
+        sums += nd->op == MR_OP_SUM;
+    }
+    printf("gpt mixed bf16: %d casts, %d bf16 softmax, %d bf16 softmax_bwd, %d bf16 permutes, %d gemm_dc, %d gelu_bwd, "
+           "%d sum\n", casts, sm_bf, smb_bf, perm_bf, dc, gelu_bwd, sums);
+    assert_int_equal(sm_bf, layers);
+    assert_int_equal(smb_bf, layers);
+    assert_int_equal(perm_bf, 2 * layers);
+    assert_int_equal(dc, 4 * layers); /* c_attn, c_proj, fc (GELU), proj */
+    assert_int_equal(gelu_bwd, 0);
+    assert_int_equal(sums, 0);
+}
+
 /* compute: MR_BF16 runs the f32 model under mixed_bfloat16 (mr_nn.compute) against torch's f32
  * numbers; else dt's own precision. */
 static void parity_compute(const char *model, const mr_model_cfg *cfg, int64_t batch, mr_dtype dt, mr_dtype compute,
@@ -272,6 +305,7 @@ static void parity_compute(const char *model, const mr_model_cfg *cfg, int64_t b
         printf("%s mixed bf16: %d of %d GEMMs in bf16\n", model, nbf, nall);
         /* the GPT: all but the tied head's three (f32: its weight is the embedding's) */
         if (cfg->type == MR_MODEL_GPT) assert_int_equal(nbf, nall - 3);
+        if (cfg->type == MR_MODEL_GPT) check_mixed_fusions(g, (int)cfg->layers);
     }
     char grad_err[1024] = "";
     if (gst != MR_OK) /* keep going: the forward parity is still checked and reported */

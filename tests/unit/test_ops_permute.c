@@ -2,7 +2,9 @@
  * values) on the fast paths (identity, last-two swap, (B,T,H,D)->(B,H,T,D)) and general
  * permutations up to 8 dims with size-1 dims; permuting by the inverse restores x; the adjoint
  * identity sum(permute(x)*r) == sum(x*inverse_permute(r)) that makes the inverse permutation its
- * gradient; the f64 CPU path equals the reference; bad perm and shape errors. */
+ * gradient; the f64 CPU path equals the reference; a permute into bf16/f16 (the CPU's fused cast)
+ * bit for bit the f32 permute followed by CAST, on every case and thread count; bad perm, shape
+ * and dtype errors. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -95,6 +97,35 @@ static void test_permute_adjoint(void **state) {
     }
 }
 
+/* An f32 x permuted into a half y: the same bits as the f32 permute and then CAST. */
+static void test_permute_cast(void **state) {
+    (void)state;
+    const mr_dtype halves[2] = {MR_BF16, MR_F16};
+    for (size_t k = 0; k < sizeof g_cases / sizeof *g_cases; k++)
+        for (int h = 0; h < 2; h++) {
+            const perm_case *c = &g_cases[k];
+            mr_op_args a = perm_args(MR_F32, mr_shape_make(c->nd, c->dims), c->perm, 50 + k);
+            /* some values that round differently: halfway cases, NaN, infinities, subnormals */
+            float *x = a.in[0].data;
+            const int64_t n = mr_shape_numel(&a.in[0].shape);
+            const float odd[6] = {1.00390625f, 1.01171875f, NAN, INFINITY, -1e-40f, 65520.0f};
+            for (int64_t i = 0; i < n && i < 6; i++) x[(i * 7) % n] = odd[i];
+            MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &a));
+            mr_op_args cast;
+            mr_op_args_init(&cast, MR_OP_CAST);
+            cast.in[0] = a.out[0];
+            cast.out[0] = th_view(halves[h], a.out[0].shape);
+            MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &cast));
+            mr_op_args b = a;
+            b.out[0] = th_view(halves[h], a.out[0].shape);
+            MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &b));
+            if (memcmp(b.out[0].data, cast.out[0].data, th_view_bytes(&b.out[0])))
+                fail_msg("case %zu: the permute into %s differs from permute then CAST", k, mr_dtype_name(halves[h]));
+            th_check_thread_invariant(&b);
+            th_free_all();
+        }
+}
+
 static void test_permute_errors(void **state) {
     (void)state;
     const int perm[3] = {2, 0, 1};
@@ -115,6 +146,12 @@ static void test_permute_errors(void **state) {
     e = a;
     e.out[0].dtype = MR_I32;
     th_expect_invalid(&e, "permute");
+    e = a;
+    e.out[0].dtype = MR_F64; /* only a narrowing to a half type may change the dtype */
+    th_expect_invalid(&e, "permute");
+    e = perm_args(MR_F64, mr_shape_3d(2, 3, 4), perm, 1);
+    e.out[0].dtype = MR_BF16; /* from f32 only */
+    th_expect_invalid_cpu_ref(&e, "f64");
     th_free_all();
 }
 
@@ -122,6 +159,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_permute_vs_ref),
         cmocka_unit_test(test_permute_adjoint),
+        cmocka_unit_test(test_permute_cast),
         cmocka_unit_test(test_permute_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

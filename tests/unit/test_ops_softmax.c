@@ -1,7 +1,8 @@
 /* Softmax, log-softmax (last axis) and fused softmax cross-entropy, forward and backward: the CPU
  * f32 kernels against the f64 reference (odd, size-1, size-0, wide and threaded shapes, huge
  * logits); the CPU f64 path equal to the reference; ignore_index rows; gradients by central
- * finite differences; label and shape errors. */
+ * finite differences; the half views of mixed precision (bf16/f16 probabilities and gradients)
+ * bit for bit the f32 kernels followed or preceded by CAST; label, shape and dtype errors. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -104,6 +105,94 @@ static void test_softmax_causal(void **state) {
     l.in[0] = th_view(MR_F32, mr_shape_2d(4, 3)); /* T > S */
     l.out[0] = th_view(MR_F32, mr_shape_2d(4, 3));
     assert_int_equal(mr_op_run(MR_DEVICE_CPU, &l), MR_ERR_INVALID);
+    th_free_all();
+}
+
+/* CAST of v (f32 -> dt or dt -> f32) into a fresh view. */
+static mr_view cast_to(mr_view v, mr_dtype dt) {
+    mr_op_args c;
+    mr_op_args_init(&c, MR_OP_CAST);
+    c.in[0] = v;
+    c.out[0] = th_view(dt, v.shape);
+    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &c));
+    return c.out[0];
+}
+
+/* Half probabilities (SOFTMAX of an f32 x into bf16/f16, causal or not) are the f32 softmax then
+ * CAST, bit for bit; SOFTMAX_BWD with a half y is within tolerance of the reference on y widened,
+ * and a half dx is the same kernel's f32 dx then CAST, bit for bit; each thread-count invariant. */
+static void test_softmax_half(void **state) {
+    (void)state;
+    const mr_dtype halves[2] = {MR_BF16, MR_F16};
+    const mr_shape shapes[4] = {mr_shape_3d(2, 7, 7), mr_shape_3d(3, 33, 40), mr_shape_2d(64, 1000),
+                                mr_shape_4d(2, 4, 128, 128)};
+    for (int h = 0; h < 2; h++)
+        for (int si = 0; si < 4; si++)
+            for (int causal = 0; causal < 2; causal++) {
+                const mr_shape sh = shapes[si];
+                mr_op_args f;
+                mr_op_args_init(&f, MR_OP_SOFTMAX);
+                f.p.softmax.causal = causal;
+                f.in[0] = th_rand_view(MR_F32, sh, -6, 6, 90 + si);
+                f.out[0] = th_view(MR_F32, sh);
+                MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &f));
+                mr_op_args fh = f;
+                fh.out[0] = th_view(halves[h], sh);
+                MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &fh));
+                const mr_view want = cast_to(f.out[0], halves[h]);
+                if (memcmp(want.data, fh.out[0].data, th_view_bytes(&want)))
+                    fail_msg("%s softmax shape %d causal %d: not the f32 softmax then CAST", mr_dtype_name(halves[h]),
+                             si, causal);
+                th_check_thread_invariant(&fh);
+                /* backward on a half or an f32 y: an f32 dx within tolerance of the reference on the
+                 * same (widened) values, and a half dx that dx then CAST, bit for bit */
+                const mr_view dy = th_rand_view(MR_F32, sh, -1, 1, 95 + si);
+                for (int yh = 0; yh < 2; yh++) {
+                    mr_op_args b;
+                    mr_op_args_init(&b, MR_OP_SOFTMAX_BWD);
+                    b.in[0] = yh ? fh.out[0] : f.out[0];
+                    b.in[1] = dy;
+                    b.out[0] = th_view(MR_F32, sh);
+                    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &b));
+                    mr_op_args r = b;
+                    r.in[0] = yh ? cast_to(fh.out[0], MR_F32) : f.out[0];
+                    r = th_widen_args(&r);
+                    MR_ASSERT_OK(mr_op_run_ref(&r));
+                    char what[96];
+                    snprintf(what, sizeof what, "softmax_bwd %s y, shape %d causal %d", yh ? "half" : "f32", si, causal);
+                    assert_true(th_compare(what, b.out[0].data, MR_F32, r.out[0].data, mr_shape_numel(&sh),
+                                           TOL_F32_REDUCE_ATOL, TOL_F32_REDUCE_RTOL, TOL_F32_REDUCE_NMSE));
+                    mr_op_args bh = b;
+                    bh.out[0] = th_view(halves[h], sh);
+                    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &bh));
+                    const mr_view w = cast_to(b.out[0], halves[h]);
+                    if (memcmp(w.data, bh.out[0].data, th_view_bytes(&w)))
+                        fail_msg("%s, dx %s: not the f32 dx then CAST", what, mr_dtype_name(halves[h]));
+                    th_check_thread_invariant(&b);
+                    th_check_thread_invariant(&bh);
+                }
+                th_free_all();
+            }
+    /* the half views are for softmax of f32 only */
+    mr_op_args e;
+    mr_op_args_init(&e, MR_OP_LOG_SOFTMAX);
+    e.in[0] = th_view(MR_F32, mr_shape_2d(3, 4));
+    e.out[0] = th_view(MR_BF16, mr_shape_2d(3, 4));
+    th_expect_invalid(&e, "log_softmax");
+    mr_op_args_init(&e, MR_OP_SOFTMAX);
+    e.in[0] = th_view(MR_F64, mr_shape_2d(3, 4));
+    e.out[0] = th_view(MR_BF16, mr_shape_2d(3, 4));
+    th_expect_invalid_cpu_ref(&e, "softmax");
+    mr_op_args_init(&e, MR_OP_SOFTMAX_BWD);
+    e.in[0] = th_view(MR_BF16, mr_shape_2d(3, 4));
+    e.in[1] = th_view(MR_BF16, mr_shape_2d(3, 4)); /* dy must be f32 */
+    e.out[0] = th_view(MR_F32, mr_shape_2d(3, 4));
+    th_expect_invalid_cpu_ref(&e, "dy");
+    mr_op_args_init(&e, MR_OP_LOG_SOFTMAX_BWD);
+    e.in[0] = th_view(MR_F32, mr_shape_2d(3, 4));
+    e.in[1] = th_view(MR_F32, mr_shape_2d(3, 4));
+    e.out[0] = th_view(MR_BF16, mr_shape_2d(3, 4));
+    th_expect_invalid(&e, "log_softmax_bwd");
     th_free_all();
 }
 
@@ -317,7 +406,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_softmax_fwd), cmocka_unit_test(test_softmax_bwd), cmocka_unit_test(test_softmax_grad),
         cmocka_unit_test(test_xent),        cmocka_unit_test(test_xent_grad),   cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_softmax_causal),
+        cmocka_unit_test(test_softmax_causal), cmocka_unit_test(test_softmax_half),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
