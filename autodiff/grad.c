@@ -35,6 +35,8 @@ typedef struct grad_ctx {
     int32_t npieces, cappieces;
     int32_t loss;   /* the loss's value id */
     int32_t nnodes; /* nodes that existed before the call (the forward's) */
+    const mr_val *params; /* the values whose gradients the caller asked for */
+    int nparams;
 } grad_ctx;
 
 static int is_active(const grad_ctx *c, int32_t v) { return v > 0 && v < c->nv && c->active[v]; }
@@ -85,19 +87,31 @@ static void bwd_node(grad_ctx *c, mr_op_id op, const mr_val *in, int n_in, const
 
 /* ---- rules: nd is the forward node, dy the gradient of its output 0 ---------------------------- */
 
+/* Non-zero when something besides the rule about to read it uses gradient value dy: a node reads
+ * it, a view of it exists, or it is the gradient the caller asked for of one of the params. */
+static int grad_used(const grad_ctx *c, mr_val dy) {
+    const mr_graph *g = c->g;
+    for (int32_t n = g->vals[dy.id].node + 1; n < g->nnodes; n++)
+        for (int i = 0; i < g->nodes[n].n_in; i++)
+            if (g->nodes[n].in[i] == dy.id) return 1;
+    for (int32_t v = dy.id + 1; v < g->nvals; v++)
+        if (g->vals[v].kind == MR_VAL_VIEW && g->vals[v].base == dy.id) return 1;
+    for (int i = 0; i < c->nparams; i++)
+        if (c->params[i].id > 0 && c->params[i].id < c->nv && c->grad[c->params[i].id] == dy.id) return 1;
+    return 0;
+}
+
 /* dy in the half type ht for the gradient GEMMs: a CAST, or, when dy comes straight from a
  * SOFTMAX_BWD that reads half probabilities (the CPU's mixed attention, autodiff/nn.c) and nothing
- * reads dy yet, that node writes ht itself (core/ops.h SOFTMAX_BWD: the same bits as the cast). */
+ * else uses dy (grad_used), that node writes ht itself (core/ops.h SOFTMAX_BWD: the same bits as
+ * the cast). */
 static mr_val half_dc(grad_ctx *c, mr_val dy, mr_dtype ht) {
     mr_graph *g = c->g;
     const mr_gval *v = &g->vals[dy.id];
     if (v->kind == MR_VAL_NODE && v->slot == 0 && v->dtype == MR_F32) {
         const mr_gnode *pn = &g->nodes[v->node];
         const mr_dtype yt = pn->op == MR_OP_SOFTMAX_BWD ? g->vals[pn->in[0]].dtype : MR_F32;
-        int read = 0;
-        for (int32_t n = v->node + 1; n < g->nnodes && !read; n++)
-            for (int i = 0; i < g->nodes[n].n_in; i++) read |= g->nodes[n].in[i] == dy.id;
-        if ((yt == MR_BF16 || yt == MR_F16) && !read) {
+        if ((yt == MR_BF16 || yt == MR_F16) && !grad_used(c, dy)) {
             g->vals[dy.id].dtype = ht;
             return dy;
         }
@@ -610,7 +624,7 @@ mr_status mr_graph_grad(mr_graph *g, mr_val loss, const mr_val *params, int n, m
             return mr_graph_fail(g, MR_ERR_INVALID, "mr_graph_grad: params[%d] (value %d) is not a value of this graph",
                                  i, (int)params[i].id);
 
-    grad_ctx c = {g, g->nvals, NULL, NULL, NULL, 0, 0, loss.id, g->nnodes};
+    grad_ctx c = {g, g->nvals, NULL, NULL, NULL, 0, 0, loss.id, g->nnodes, params, n};
     uint8_t *needs = calloc((size_t)c.nv, 1);
     c.active = calloc((size_t)c.nv, 1);
     c.grad = calloc((size_t)c.nv, sizeof *c.grad);

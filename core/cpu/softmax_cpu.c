@@ -77,26 +77,28 @@ DEFINE_SOFTMAX_ROWS(def, )
 DEFINE_SOFTMAX_ROWS(512, __attribute__((target("avx512f"))))
 
 /* Half views (mixed precision, core/ops.h SOFTMAX / SOFTMAX_BWD). Forward: the first n of c
- * columns as softmax_row's f32 values (the same max, sum and exp(x - m) * (1/s) per element; the
- * exponentials recomputed rather than stored, as y has no room for f32), each rounded to bf16
- * (f16 1) as CAST rounds, the rest 0. Backward: y widened exactly, the same dot product and
- * gradient as softmax_bwd_row's, dx f32 or rounded to bf16/f16 (dxh 1/2). */
+ * columns as softmax_row's f32 values, each rounded to bf16 (f16 1) as CAST rounds, the rest 0. The
+ * max and the sum are softmax_row's loops on the whole row; the exponentials are made by the same
+ * row_exp in chunks of 256 (a multiple of every vector width, so each element takes the same
+ * vector body or scalar tail as in the f32 row: libmvec's expf and the scalar one differ in the
+ * last ulp) and scaled by the same 1/s, so the bits are the f32 softmax's then CAST's. Backward: y
+ * widened exactly, the gradient in f32 (its dot product may sum in another order than
+ * softmax_bwd_row's: equal within rounding, not bit for bit), dx f32 or rounded to bf16/f16 (dxh
+ * 1/2) as CAST rounds the f32 dx. */
 #define DEFINE_SOFTMAX_HALF_ROWS(SUF, ATTR)                                                         \
     ATTR static void softmax_row_h_##SUF(const float *restrict x, uint16_t *restrict y, int64_t c, int64_t n, \
                                          int f16) {                                                 \
         float m = row_max_##SUF(x, n), s = 0.0f;                                                    \
         _Pragma("omp simd reduction(+ : s)") for (int64_t j = 0; j < n; j++) s += expf(x[j] - m);   \
         const float inv = 1.0f / s;                                                                 \
-        if (!f16) {                                                                                 \
-            _Pragma("omp simd") for (int64_t j = 0; j < n; j++) y[j] = mr_f32_to_bf16(expf(x[j] - m) * inv); \
-        } else {                                                                                    \
-            /* f16's rounding does not vectorise: the probabilities in vector chunks first (chunks \
-             * of a multiple of 16, so the same elements take libmvec's body as in softmax_row) */ \
-            for (int64_t j0 = 0; j0 < n; j0 += 256) {                                               \
-                const int64_t k = n - j0 < 256 ? n - j0 : 256;                                      \
-                float t[256];                                                                       \
-                _Pragma("omp simd") for (int64_t j = 0; j < k; j++) t[j] = expf(x[j0 + j] - m) * inv; \
-                for (int64_t j = 0; j < k; j++) y[j0 + j] = mr_f32_to_f16(t[j]);                    \
+        for (int64_t j0 = 0; j0 < n; j0 += 256) {                                                   \
+            const int64_t k = n - j0 < 256 ? n - j0 : 256;                                          \
+            float t[256];                                                                           \
+            (void)row_exp_##SUF(x + j0, t, k, m);                                                   \
+            if (!f16) {                                                                             \
+                _Pragma("omp simd") for (int64_t j = 0; j < k; j++) y[j0 + j] = mr_f32_to_bf16(t[j] * inv); \
+            } else {                                                                                \
+                for (int64_t j = 0; j < k; j++) y[j0 + j] = mr_f32_to_f16(t[j] * inv);              \
             }                                                                                       \
         }                                                                                           \
         memset(y + n, 0, (size_t)(c - n) * sizeof(uint16_t));                                       \
@@ -137,7 +139,7 @@ DEFINE_SOFTMAX_ROWS(512, __attribute__((target("avx512f"))))
     }
 
 DEFINE_SOFTMAX_HALF_ROWS(def, )
-DEFINE_SOFTMAX_HALF_ROWS(512, __attribute__((target("avx512f,avx512bw"))))
+DEFINE_SOFTMAX_HALF_ROWS(512, __attribute__((target("avx512f"))))
 
 static int half_kind(mr_dtype t) { return t == MR_BF16 ? 1 : t == MR_F16 ? 2 : 0; }
 
@@ -158,9 +160,9 @@ mr_status mr_softmax_fwd_cpu(const mr_op_args *a) {
     const int yh = half_kind(a->out[0].dtype);
     if (yh) {
         uint16_t *Y16 = a->out[0].data;
-        const mr_cpu_caps *caps = mr_cpu_caps_get();
+        /* the same ISA choice as the f32 rows, whose bits these must reproduce */
         void (*hrow)(const float *, uint16_t *, int64_t, int64_t, int) =
-            caps->avx512f && caps->avx512bw ? softmax_row_h_512 : softmax_row_h_def;
+            mr_cpu_caps_get()->avx512f ? softmax_row_h_512 : softmax_row_h_def;
 #pragma omp parallel for schedule(static) if (rows * cols > SM_PAR_MIN)
         for (int64_t r = 0; r < rows; r++)
             hrow(X + r * cols, Y16 + r * cols, cols, mr_softmax_causal_cols(a, r, cols), yh == 2);
@@ -193,9 +195,8 @@ mr_status mr_softmax_bwd_cpu(const mr_op_args *a) {
     const int log_sm = a->op == MR_OP_LOG_SOFTMAX_BWD;
     const int yh = half_kind(a->in[0].dtype), dxh = half_kind(a->out[0].dtype);
     if (yh || dxh) {
-        const mr_cpu_caps *caps = mr_cpu_caps_get();
         void (*hrow)(const void *, int, const float *, void *, int, int64_t) =
-            caps->avx512f && caps->avx512bw ? softmax_bwd_row_h_512 : softmax_bwd_row_h_def;
+            mr_cpu_caps_get()->avx512f ? softmax_bwd_row_h_512 : softmax_bwd_row_h_def;
         const size_t ys = yh ? sizeof(uint16_t) : sizeof(float), ds = dxh ? sizeof(uint16_t) : sizeof(float);
 #pragma omp parallel for schedule(static) if (rows * cols > SM_PAR_MIN)
         for (int64_t r = 0; r < rows; r++)

@@ -139,12 +139,15 @@ static void softmax_fwd_launch(const mr_op_args *a, cudaStream_t s, int64_t rows
 /* The CPU's half probabilities and gradients (core/ops.h SOFTMAX, SOFTMAX_BWD) are refused by
  * name rather than written as f32 into half tensors. */
 static mr_status no_half_views(const mr_op_args *a) {
-    const mr_dtype y = a->op == MR_OP_SOFTMAX_BWD ? a->in[0].dtype : a->out[0].dtype, dx = a->out[0].dtype;
-    if (y == MR_BF16 || y == MR_F16 || dx == MR_BF16 || dx == MR_F16)
-        return mr_set_error(MR_ERR_UNSUPPORTED,
-                            "%s: half probabilities or gradients are a CPU fusion; the CUDA kernels take f32 or "
-                            "f64 (cast after the op on a GPU)",
-                            mr_op_get(a->op)->name);
+    const int bwd = a->op == MR_OP_SOFTMAX_BWD || a->op == MR_OP_LOG_SOFTMAX_BWD;
+    const mr_view *vs[2] = {bwd ? &a->in[0] : &a->out[0], &a->out[0]};
+    const char *names[2] = {bwd ? "y (in[0])" : "y (out[0])", "dx (out[0])"};
+    for (int i = 0; i < 1 + bwd; i++)
+        if (vs[i]->dtype == MR_BF16 || vs[i]->dtype == MR_F16)
+            return mr_set_error(MR_ERR_UNSUPPORTED,
+                                "%s: %s is %s: half probabilities and gradients are a CPU fusion; the CUDA kernel "
+                                "takes f32 or f64 (on a GPU, cast after the op)",
+                                mr_op_get(a->op)->name, names[i], mr_dtype_name(vs[i]->dtype));
     return MR_OK;
 }
 

@@ -239,6 +239,29 @@ static void test_plan_dropout_step(void **state) {
     th_free_all();
 }
 
+/* The CPU's mixed attention writes bf16 probabilities, and the gradient of the scores then comes
+ * from its SOFTMAX_BWD in bf16 for the QK^T GEMM (autodiff/grad.c half_dc). A caller who asks for
+ * the gradient of the (f32) scores themselves still gets f32 back. */
+static void test_half_softmax_grad_dtype(void **state) {
+    (void)state;
+    for (int ask = 0; ask < 2; ask++) {
+        mr_graph *g = NULL;
+        MR_ASSERT_OK(mr_graph_new(&g));
+        const mr_shape s = mr_shape_3d(2, 8, 4);
+        mr_val q = mr_graph_param(g, "q", MR_F32, s), k = mr_graph_param(g, "k", MR_F32, s);
+        mr_val v = mr_graph_param(g, "v", MR_F32, s);
+        mr_val qh = mr_graph_cast(g, q, MR_BF16), kh = mr_graph_cast(g, k, MR_BF16), vh = mr_graph_cast(g, v, MR_BF16);
+        mr_val att = mr_graph_matmul(g, qh, kh, 0, 1, 0.5);
+        mr_val p = mr_graph_causal_softmax_to(g, att, MR_BF16);
+        mr_val y = mr_graph_matmul(g, p, vh, 0, 0, 1.0);
+        mr_val loss = mr_graph_sum(g, y, 7);
+        mr_val params[4] = {q, k, v, att}, grads[4];
+        MR_ASSERT_OK(mr_graph_grad(g, loss, params, 3 + ask, grads));
+        for (int i = 0; i < 3 + ask; i++) assert_int_equal(mr_graph_dtype(g, grads[i]), MR_F32);
+        mr_graph_free(g);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_build_errors),
@@ -246,6 +269,7 @@ int main(void) {
         cmocka_unit_test(test_plan_shares_memory),
         cmocka_unit_test(test_plan_steady_state_no_alloc),
         cmocka_unit_test(test_plan_dropout_step),
+        cmocka_unit_test(test_half_softmax_grad_dtype),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
