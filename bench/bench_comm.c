@@ -2,7 +2,7 @@
  *
  *   mpirun -np 2 build/bench/bench_comm [max_mb [reps]]      (defaults 64, 5)
  *
- * For f32 buffers of 1 KB .. max_mb MB, prints a markdown table of the algorithm bandwidth
+ * For f32 buffers of 1 KB .. max_mb MB (every power of two to 16 KB, then of four), prints a markdown table of the algorithm bandwidth
  * (bytes / seconds per call, rank 0's clock, after a barrier; the best of `reps` repetitions,
  * the modes interleaved, so that load from other processes on a shared machine shows less) of:
  *   - MPI_Allreduce (blocking, Open MPI's tuned component) on MPI_COMM_WORLD,
@@ -61,7 +61,7 @@ int main(int argc, char **argv) {
     }
     size_t sizes[32];
     int ns = 0;
-    for (size_t b = 1024; b <= max_bytes; b *= 4) {
+    for (size_t b = 1024; b <= max_bytes; b *= b < 16384 ? 2 : 4) { /* 1, 2, 4, 8, 16 KB: the per-step agreement */
         sizes[ns++] = b;
         if (b * 2 <= max_bytes && b >= ((size_t)4 << 20)) sizes[ns++] = b * 2; /* 8, 32 MB around the 16 MB step */
     }
