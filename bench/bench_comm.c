@@ -4,7 +4,8 @@
  *
  * For f32 buffers of 1 KB .. max_mb MB (every power of two to 16 KB, then of four), prints a markdown table of the algorithm bandwidth
  * (bytes / seconds per call, rank 0's clock, after a barrier; the best of `reps` repetitions,
- * the modes interleaved, so that load from other processes on a shared machine shows less) of:
+ * the modes interleaved in a rotating order, so that load from other processes on a shared
+ * machine shows less) of:
  *   - MPI_Allreduce (blocking, Open MPI's tuned component) on MPI_COMM_WORLD,
  *   - MPI_Iallreduce + MPI_Wait (the nonblocking path, no deadline),
  *   - mr_comm_allreduce with 16 MB pieces (the default) and with splitting off (1 GiB pieces),
@@ -75,7 +76,11 @@ int main(int argc, char **argv) {
         double t[MODES];
         for (int m = 0; m < MODES; m++) t[m] = 1e30;
         for (int rep = 0; rep < reps; rep++) {
-            for (int m = 0; m < MODES; m++) {
+            for (int j = 0; j < MODES; j++) {
+                /* each repetition starts one mode later, so that no mode always follows the same
+                 * one: on a shared machine the time slice another process takes when these ranks
+                 * have run long (after the slow MPI_Iallreduce) then falls on every mode alike */
+                const int m = (j + rep) % MODES;
                 if (mr_comm_set_max_piece_bytes(c, m == MODE_MR_UNSPLIT ? (size_t)1 << 30 : 0) != MR_OK) return 1;
                 if (rep == 0) run(m, c, x, n, 1 + iters / 10); /* warm up */
                 double tm = run(m, c, x, n, iters);

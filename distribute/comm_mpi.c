@@ -310,9 +310,10 @@ fail:
  * 4 KB eager limit, header included (4032 bytes of payload measured), by copying it into the
  * peer's memory at once, and anything bigger by a rendezvous (a request, the peer's match, a
  * single copy and a reply) that needs both ranks inside MPI calls at the same time. Sent whole,
- * a 4 KB all-reduce was a rendezvous per step and ran 0.44-0.92x the blocking MPI_Allreduce (6
- * runs, loaded 2-core machine); in fragments it ran 1.25x at 4 KB and 1.7-1.8x at 8 and 16 KB on
- * quiet runs, where MPI_Allreduce's own messages are rendezvous (bench/bench_comm.c, 2 ranks).
+ * a 4 KB all-reduce was a rendezvous per step and ran a median 0.88x the blocking MPI_Allreduce
+ * (12 runs, 2 ranks on a loaded 2-core machine, bench/bench_comm.c); in fragments the medians are
+ * 1.22x at 4 KB, 1.69x at 8 KB and 2.07x at 16 KB, where MPI_Allreduce's own messages are
+ * rendezvous.
  * MPI's non-overtaking rule matches the fragments of one sender to the receives in the order they
  * were posted, so fragment i lands at its own offset. */
 static mr_status rd_exchange(const mr_comm *c, mpi_ctx *m, const char *send, int to, char *recv, int from, int64_t k,
