@@ -2,10 +2,10 @@
  *
  *   mpirun -np 2 build/bench/bench_comm [max_mb [reps]]      (defaults 64, 5)
  *
- * For f32 buffers of 1 KB .. max_mb MB (every power of two to 16 KB, then of four), prints a markdown table of the algorithm bandwidth
- * (bytes / seconds per call, rank 0's clock, after a barrier; the best of `reps` repetitions,
- * the modes interleaved in a rotating order, so that load from other processes on a shared
- * machine shows less) of:
+ * For f32 buffers of 1 KB .. max_mb MB (every power of two to 16 KB, then of four), prints a
+ * markdown table of the algorithm bandwidth (bytes / seconds per call, rank 0's clock, after a
+ * barrier; the best of `reps` repetitions, 4 x reps up to 64 KB, the modes interleaved in a
+ * rotating order, so that load from other processes on a shared machine shows less) of:
  *   - MPI_Allreduce (blocking, Open MPI's tuned component) on MPI_COMM_WORLD,
  *   - MPI_Iallreduce + MPI_Wait (the nonblocking path, no deadline),
  *   - mr_comm_allreduce with 16 MB pieces (the default) and with splitting off (1 GiB pieces),
@@ -75,7 +75,11 @@ int main(int argc, char **argv) {
         if (iters < 5) iters = 5;
         double t[MODES];
         for (int m = 0; m < MODES; m++) t[m] = 1e30;
-        for (int rep = 0; rep < reps; rep++) {
+        /* runs of the small sizes last a few ms: on a shared machine a rank's core is then often
+         * slow for a whole run (the same 2 KB call took 1.5 or 5.6 us from one run to the next,
+         * MPI_Allreduce and mr_comm_allreduce alike), so they get 4x the repetitions */
+        const int size_reps = bytes <= ((size_t)64 << 10) ? 4 * reps : reps;
+        for (int rep = 0; rep < size_reps; rep++) {
             for (int j = 0; j < MODES; j++) {
                 /* each repetition starts one mode later, so that no mode always follows the same
                  * one: on a shared machine the time slice another process takes when these ranks
