@@ -2,9 +2,10 @@
  *
  *   mpirun -np 2 build/bench/bench_comm [max_mb [reps]]      (defaults 64, 5)
  *
- * For f32 buffers of 1 KB .. max_mb MB, prints a markdown table of the algorithm bandwidth
- * (bytes / seconds per call, rank 0's clock, after a barrier; the best of `reps` repetitions,
- * the modes interleaved, so that load from other processes on a shared machine shows less) of:
+ * For f32 buffers of 1 KB .. max_mb MB (every power of two to 16 KB, then of four), prints a
+ * markdown table of the algorithm bandwidth (bytes / seconds per call, rank 0's clock, after a
+ * barrier; the best of `reps` repetitions, 4 x reps up to 64 KB, the modes interleaved in a
+ * rotating order, so that load from other processes on a shared machine shows less) of:
  *   - MPI_Allreduce (blocking, Open MPI's tuned component) on MPI_COMM_WORLD,
  *   - MPI_Iallreduce + MPI_Wait (the nonblocking path, no deadline),
  *   - mr_comm_allreduce with 16 MB pieces (the default) and with splitting off (1 GiB pieces),
@@ -61,7 +62,7 @@ int main(int argc, char **argv) {
     }
     size_t sizes[32];
     int ns = 0;
-    for (size_t b = 1024; b <= max_bytes; b *= 4) {
+    for (size_t b = 1024; b <= max_bytes; b *= b < 16384 ? 2 : 4) { /* 1, 2, 4, 8, 16 KB: the per-step agreement */
         sizes[ns++] = b;
         if (b * 2 <= max_bytes && b >= ((size_t)4 << 20)) sizes[ns++] = b * 2; /* 8, 32 MB around the 16 MB step */
     }
@@ -74,8 +75,16 @@ int main(int argc, char **argv) {
         if (iters < 5) iters = 5;
         double t[MODES];
         for (int m = 0; m < MODES; m++) t[m] = 1e30;
-        for (int rep = 0; rep < reps; rep++) {
-            for (int m = 0; m < MODES; m++) {
+        /* runs of the small sizes last a few ms: on a shared machine a rank's core is then often
+         * slow for a whole run (the same 2 KB call took 1.5 or 5.6 us from one run to the next,
+         * MPI_Allreduce and mr_comm_allreduce alike), so they get 4x the repetitions */
+        const int size_reps = bytes <= ((size_t)64 << 10) ? 4 * reps : reps;
+        for (int rep = 0; rep < size_reps; rep++) {
+            for (int j = 0; j < MODES; j++) {
+                /* each repetition starts one mode later, so that no mode always follows the same
+                 * one: on a shared machine the time slice another process takes when these ranks
+                 * have run long (after the slow MPI_Iallreduce) then falls on every mode alike */
+                const int m = (j + rep) % MODES;
                 if (mr_comm_set_max_piece_bytes(c, m == MODE_MR_UNSPLIT ? (size_t)1 << 30 : 0) != MR_OK) return 1;
                 if (rep == 0) run(m, c, x, n, 1 + iters / 10); /* warm up */
                 double tm = run(m, c, x, n, iters);

@@ -20,8 +20,9 @@
  * MPI_Isend/MPI_Irecv, each step polled with the deadline: MPI_Iallreduce (libnbc) runs in place,
  * and with < 4 ranks always, as a binomial tree through rank 0, and reached 2.7 GB/s where the
  * blocking MPI_Allreduce reaches 6 GB/s (2 ranks, 1-16 MB); the ring matches the blocking call.
- * Smaller pieces, where latency rules, run as a recursive doubling over the same calls (rd_allreduce);
- * an empty one (n == 0) and a 1-rank communicator still call MPI_Iallreduce.
+ * Smaller pieces, where latency rules, run as a recursive doubling over the same calls (rd_allreduce),
+ * each message in fragments small enough for MPI's eager protocol (rd_exchange); an empty one
+ * (n == 0) and a 1-rank communicator still call MPI_Iallreduce.
  *
  * Errors: the communicator has MPI_ERRORS_RETURN; MR_TRY_MPI turns a failing call into
  * MR_ERR_COMM with MPI_Error_string's text. Thread level: MPI_THREAD_MULTIPLE is requested; when
@@ -44,6 +45,10 @@
 #include "core/log.h"
 
 enum { POLL_HOT = 64, POLL_SLEEP_NS = 50000, RING_TAG = 0x6d72, RD_TAG = 0x6d73, RING_MIN_BYTES = 65536 };
+/* The recursive doubling's messages (rd_exchange): fragments of at most RD_FRAG_BYTES, below
+ * Open MPI's 4 KB shared-memory eager limit less a generous 128-byte header; at most RD_MAX_FRAGS
+ * per message (17 suffice below RING_MIN_BYTES). */
+enum { RD_FRAG_BYTES = 3968, RD_MAX_FRAGS = 32 };
 #define POLL_SPIN_S 0.05
 
 /* ---- process-wide MPI state -------------------------------------------------------------------- */
@@ -298,11 +303,52 @@ fail:
     return st;
 }
 
+/* One step of the recursive doubling: receives k elements of dt from `from` into recv and sends k
+ * from send to `to` (either may be NULL: that half is skipped), all posted before one wait with the
+ * deadline. Each half goes as f = ceil(bytes / RD_FRAG_BYTES) messages of equal size (at most
+ * RD_MAX_FRAGS): Open MPI 4.1's shared-memory transport (btl vader) sends a message of up to its
+ * 4 KB eager limit, header included (4032 bytes of payload measured), by copying it into the
+ * peer's memory at once, and anything bigger by a rendezvous (a request, the peer's match, a
+ * single copy and a reply) that needs both ranks inside MPI calls at the same time. Sent whole,
+ * a 4 KB all-reduce was a rendezvous per step and ran a median 0.88x the blocking MPI_Allreduce
+ * (12 runs, 2 ranks on a loaded 2-core machine, bench/bench_comm.c); in fragments the medians are
+ * 1.22x at 4 KB, 1.69x at 8 KB and 2.07x at 16 KB, where MPI_Allreduce's own messages are
+ * rendezvous.
+ * MPI's non-overtaking rule matches the fragments of one sender to the receives in the order they
+ * were posted, so fragment i lands at its own offset. */
+static mr_status rd_exchange(const mr_comm *c, mpi_ctx *m, const char *send, int to, char *recv, int from, int64_t k,
+                             mr_dtype dt, const char *call) {
+    mr_status st = MR_OK;
+    const size_t es = mr_dtype_size(dt);
+    const MPI_Datatype T = mpi_type(dt);
+    int64_t f = ((int64_t)((size_t)k * es) + RD_FRAG_BYTES - 1) / RD_FRAG_BYTES;
+    if (f < 1) f = 1;
+    if (f > RD_MAX_FRAGS) f = RD_MAX_FRAGS; /* bigger fragments: only pieces that take the ring are that big */
+    const int64_t base = k / f, rem = k % f;
+    MPI_Request rqs[2 * RD_MAX_FRAGS];
+    int nr = 0;
+    for (int half = 0; half < 2; half++) {
+        char *p = half == 0 ? recv : (char *)send;
+        if (!p) continue;
+        for (int64_t i = 0, off = 0; i < f; i++) {
+            const int64_t n = base + (i < rem ? 1 : 0);
+            if (half == 0) MR_TRY_MPI(MPI_Irecv(p + (size_t)off * es, (int)n, T, from, RD_TAG, m->comm, &rqs[nr]));
+            else MR_TRY_MPI(MPI_Isend(p + (size_t)off * es, (int)n, T, to, RD_TAG, m->comm, &rqs[nr]));
+            nr++;
+            off += n;
+        }
+    }
+    MR_TRY(wait_reqs(nr, rqs, c->timeout_s, call));
+fail:
+    return st;
+}
+
 /* Recursive-doubling all-reduce of one small piece (k elements of dt, summed in place in buf), for
  * the latency-bound sizes below RING_MIN_BYTES (the trainer's per-step agreement: loss, finite
  * flag, stop request, norms). MPI_Iallreduce (libnbc) took 3 to 30 times the blocking
  * MPI_Allreduce's time at 1-16 KB (bench/bench_comm.c); this is one exchange per doubling step over
- * MPI_Isend/MPI_Irecv, each step polled with the deadline, log2(p) steps. With p not a power of two
+ * MPI_Isend/MPI_Irecv (rd_exchange: in fragments below the eager limit), each step polled with the
+ * deadline, log2(p) steps. With p not a power of two
  * the ranks from p2 (the largest power of two <= p) up first hand their values to rank r - p2 and
  * get the result back at the end. In each step both partners add the same two operands (x + y and
  * y + x are the same IEEE sum), so every rank gets the same bits; NaN payloads aside. */
@@ -310,34 +356,25 @@ static mr_status rd_allreduce(mr_comm *c, mpi_ctx *m, char *buf, int64_t k, mr_d
     mr_status st = MR_OK;
     const int p = c->size, r = c->rank;
     const size_t es = mr_dtype_size(dt);
-    const MPI_Datatype T = mpi_type(dt);
     int p2 = 1;
     while (p2 * 2 <= p) p2 *= 2;
     MR_TRY(tmp_reserve(m, (size_t)(k > 0 ? k : 1) * es));
-    MPI_Request rqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     if (r >= p2) { /* fold in: give my value to r - p2, then take the result from it */
-        MR_TRY_MPI(MPI_Isend(buf, (int)k, T, r - p2, RD_TAG, m->comm, &rqs[0]));
-        MR_TRY(wait_reqs(1, rqs, c->timeout_s, "recursive-doubling MPI_Isend"));
-        MR_TRY_MPI(MPI_Irecv(buf, (int)k, T, r - p2, RD_TAG, m->comm, &rqs[0]));
-        MR_TRY(wait_reqs(1, rqs, c->timeout_s, "recursive-doubling MPI_Irecv"));
+        MR_TRY(rd_exchange(c, m, buf, r - p2, NULL, 0, k, dt, "recursive-doubling MPI_Isend"));
+        MR_TRY(rd_exchange(c, m, NULL, 0, buf, r - p2, k, dt, "recursive-doubling MPI_Irecv"));
         return MR_OK;
     }
     if (r + p2 < p) {
-        MR_TRY_MPI(MPI_Irecv(m->tmp, (int)k, T, r + p2, RD_TAG, m->comm, &rqs[0]));
-        MR_TRY(wait_reqs(1, rqs, c->timeout_s, "recursive-doubling MPI_Irecv"));
+        MR_TRY(rd_exchange(c, m, NULL, 0, m->tmp, r + p2, k, dt, "recursive-doubling MPI_Irecv"));
         mr_comm_add_into(buf, m->tmp, k, dt);
     }
     for (int mask = 1; mask < p2; mask <<= 1) {
         const int partner = r ^ mask;
-        MR_TRY_MPI(MPI_Irecv(m->tmp, (int)k, T, partner, RD_TAG, m->comm, &rqs[0]));
-        MR_TRY_MPI(MPI_Isend(buf, (int)k, T, partner, RD_TAG, m->comm, &rqs[1]));
-        MR_TRY(wait_reqs(2, rqs, c->timeout_s, "recursive-doubling MPI_Isend/MPI_Irecv"));
+        MR_TRY(rd_exchange(c, m, buf, partner, m->tmp, partner, k, dt, "recursive-doubling MPI_Isend/MPI_Irecv"));
         mr_comm_add_into(buf, m->tmp, k, dt);
     }
-    if (r + p2 < p) { /* fold out */
-        MR_TRY_MPI(MPI_Isend(buf, (int)k, T, r + p2, RD_TAG, m->comm, &rqs[0]));
-        MR_TRY(wait_reqs(1, rqs, c->timeout_s, "recursive-doubling MPI_Isend"));
-    }
+    if (r + p2 < p) /* fold out */
+        MR_TRY(rd_exchange(c, m, buf, r + p2, NULL, 0, k, dt, "recursive-doubling MPI_Isend"));
 fail:
     return st;
 }

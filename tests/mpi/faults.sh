@@ -2,7 +2,8 @@
 # The never-hang contract of distribute/comm over MPI, end to end (CTest: mpi.faults).
 # Runs test_comm_mpi's fault drills under mpirun -np 2 with a 2 s collective deadline:
 #   hang  rank 1 skips an all-reduce (sleeps 120 s): rank 0 must time out naming the collective,
-#         abort, and take rank 1 down with it (hangring: the same with 4 MB, the ring path);
+#         abort, and take rank 1 down with it (hangring: the same with 4 MB, the ring path;
+#         hangfrag: with 16 KB, the small all-reduce's messages in fragments);
 #   die   rank 1 kills itself with SIGKILL before the all-reduce;
 #   fail  rank 1 calls mr_comm_abort while rank 0 waits in the all-reduce.
 # Each must end non-zero within 30 s, its output must name the collective or the rank, and no
@@ -54,6 +55,7 @@ drill() {
 # rank 0's own deadline message: the collective, its number, the rank, the hint
 drill hang 'allreduce #2 \(1000 f32 sum\) on rank 0: no progress for 2 s.*HINT'
 drill hangring 'allreduce #2 \(1048576 f32 sum\) on rank 0: no progress for 2 s \(in ring reduce-scatter.*HINT'
+drill hangfrag 'allreduce #2 \(4096 f32 sum\) on rank 0: no progress for 2 s \(in recursive-doubling.*HINT'
 # mpirun's report or rank 0's deadline message, either naming rank 1 / the collective
 drill die 'rank 1 .*(exited on signal 9|Killed)|allreduce #2 .* on rank 0: no progress'
 # rank 1's abort names itself, its code and why

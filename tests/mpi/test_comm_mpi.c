@@ -7,17 +7,18 @@
  *                            inexact data; a 40 MB all-reduce (split into 16 MB pieces); broadcast
  *                            from every root; allgather and reduce-scatter, also split into small
  *                            pieces; barrier; the queue (requests in flight, waited out of order,
- *                            beside direct collectives). Exit 0 pass, 1 fail (each failure printed).
+ *                            beside direct collectives of 4 B to 16 KB, each checked). Exit 0 pass, 1 fail (each failure printed).
  *   test_comm_mpi serialized the same, with MPI initialised by the caller at MPI_THREAD_SERIALIZED
  *                            (the module then serialises its MPI calls under one lock: the queue's
  *                            thread and direct collectives run concurrently), finalised by the caller.
  *                            Both also measure every rank's clock offset from rank 0 by ping-pong
  *                            (mr_comm_clock_offset): one host, one clock, so the measured offset
  *                            must lie within its own error bound; the bounds are printed.
- *   test_comm_mpi hang|hangring|die|fail [tag]
+ *   test_comm_mpi hang|hangring|hangfrag|die|fail [tag]
  *                            fault drills for tests/mpi/faults.sh, with a 2 s deadline: rank 1
- *                            skips an all-reduce (sleeps; of 1000 f32, or of 1<<20 f32 for the
- *                            ring path), kills itself with SIGKILL, or calls
+ *                            skips an all-reduce (sleeps; of 1000 f32, of 1<<20 f32 for the
+ *                            ring path, or of 4096 f32 for the recursive doubling's fragmented
+ *                            messages), kills itself with SIGKILL, or calls
  *                            mr_comm_abort. The job must end non-zero, naming the collective or
  *                            the rank. `tag` is ignored (faults.sh finds leftover processes by it).
  *
@@ -113,11 +114,15 @@ static int check_exact(const char *what, const void *got, int64_t lo, int64_t n,
 static const mr_dtype k_types[] = {MR_F32, MR_F64, MR_I64};
 
 static void test_allreduce(mr_comm *c) {
-    /* 16411 f32 and 1000003: just above the ring threshold (64 KB), and chunks of unequal size */
-    static const int64_t sizes[] = {0, 1, 7, 1000, 16411, 1 << 20, 1000003};
+    /* 16411 f32 and 1000003: just above the ring threshold (64 KB), and chunks of unequal size;
+     * 992 f32 (3968 bytes: one fragment of the recursive doubling's messages, comm_mpi.c
+     * rd_exchange), 993 (two), 1000 f64 (three, uneven), 4095 f32 (five), 8191 f64 / 16383 f32
+     * (17 fragments of 65528 / 65532 bytes, just below the ring) */
+    static const int64_t sizes[] = {0, 1, 7, 992, 993, 1000, 4095, 8191, 16383, 16411, 1 << 20, 1000003};
+    enum { NS = sizeof sizes / sizeof sizes[0] };
     void *buf = malloc(((size_t)1 << 20) * 8);
     uint64_t seed = 1;
-    for (int si = 0; si < 7; si++)
+    for (int si = 0; si < NS; si++)
         for (int ti = 0; ti < 3; ti++)
             for (int op = 0; op < 2; op++, seed++) {
                 fill_exact(buf, sizes[si], k_types[ti], g_rank, seed);
@@ -274,12 +279,21 @@ static void test_queue(mr_comm *c) {
     OK(c, mr_comm_queue_reduce_scatter(q, rs_send, rs_recv, 3, MR_F32, MR_REDUCE_SUM, &t[K]));
     OK(c, mr_comm_queue_allgather(q, ag_send, ag_recv, 2, MR_F32, &t[K + 1]));
     /* direct collectives on the parent while the queue's thread runs (MPI_THREAD_MULTIPLE, or
-     * serialised calls) */
+     * serialised calls): one element, and the per-step agreement's sizes of 1-16 KB (recursive
+     * doubling in fragments, the same tag as the queue's on its duplicate), each with its own data,
+     * so that a message matched to the wrong call (the queue's, or the previous direct one) shows */
+    static const int64_t direct_n[] = {1, 256, 1024, 2048, 4096};
+    float *d = malloc(4096 * sizeof *d);
     for (int i = 0; i < 20; i++) {
         int64_t one = 1;
         OK(c, mr_comm_allreduce(c, &one, 1, MR_I64, MR_REDUCE_SUM));
         CHECK(one == g_size, "direct allreduce beside the queue: %lld", (long long)one);
+        const int64_t n = direct_n[i % 5];
+        fill_exact(d, n, MR_F32, g_rank, 900 + (uint64_t)i);
+        OK(c, mr_comm_allreduce(c, d, n, MR_F32, MR_REDUCE_SUM));
+        check_exact("direct allreduce beside the queue", d, 0, n, MR_F32, MR_REDUCE_SUM, 900 + (uint64_t)i);
     }
+    free(d);
     for (int k = K + 1; k >= 0; k--) OK(c, mr_comm_queue_wait(q, t[k]));
     for (int k = 0; k < K; k++) {
         check_exact("queued allreduce", bufs[k], 0, sizes[k], k_types[k % 3], (mr_reduce_op)(k & 1), 700 + (uint64_t)k);
@@ -318,8 +332,9 @@ static void test_clock(mr_comm *c) {
 /* ---- fault drills ------------------------------------------------------------------------------ */
 
 static int drill(mr_comm *c, const char *mode) {
-    /* hangring: an all-reduce big enough for the ring path (point-to-point steps) */
-    int n = !strcmp(mode, "hangring") ? 1 << 20 : 1000;
+    /* hangring: an all-reduce big enough for the ring path (point-to-point steps); hangfrag: 16 KB,
+     * the recursive doubling's messages in five fragments */
+    int n = !strcmp(mode, "hangring") ? 1 << 20 : !strcmp(mode, "hangfrag") ? 4096 : 1000;
     float *x = malloc((size_t)n * sizeof *x);
     for (int i = 0; i < n; i++) x[i] = (float)i;
     OK(c, mr_comm_barrier(c)); /* #1: everybody is up */
@@ -348,10 +363,11 @@ static int drill(mr_comm *c, const char *mode) {
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
-    int drilling = !strcmp(mode, "hang") || !strcmp(mode, "hangring") || !strcmp(mode, "die") || !strcmp(mode, "fail");
+    int drilling = !strcmp(mode, "hang") || !strcmp(mode, "hangring") || !strcmp(mode, "hangfrag") || !strcmp(mode, "die") ||
+                   !strcmp(mode, "fail");
     int serialized = !strcmp(mode, "serialized");
     if (*mode && !drilling && !serialized) {
-        fprintf(stderr, "usage: %s [serialized | hang|hangring|die|fail [tag]]\n", argv[0]);
+        fprintf(stderr, "usage: %s [serialized | hang|hangring|hangfrag|die|fail [tag]]\n", argv[0]);
         return 2;
     }
     if (serialized) {
