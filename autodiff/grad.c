@@ -307,9 +307,10 @@ static int relu_done_by_pools(const grad_ctx *c, int32_t y) {
     return pools > 0;
 }
 
+static void conv_grads(grad_ctx *c, const mr_gnode *nd, mr_val dy);
+
 static void rule_conv2d(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
     int32_t x = nd->in[0], w = nd->in[1], bias = nd->in[2];
-    int dt = nd->p.conv.bf16 ? (int)MR_F32 : -1;
     if (nd->p.conv.relu && (is_active(c, x) || is_active(c, w) || is_active(c, bias)) &&
         !relu_done_by_pools(c, nd->out[0])) {
         /* fused ReLU: dy through RELU_BWD with y as its x (y > 0 exactly where the pre-activation is) */
@@ -319,6 +320,13 @@ static void rule_conv2d(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
         int want = 1;
         bwd_node(c, MR_OP_RELU_BWD, in, 3, &rp, &nd->out[0], &want, 1, &dy);
     }
+    conv_grads(c, nd, dy);
+}
+
+/* The conv's data and filter gradients from dy of its output (after any ReLU). */
+static void conv_grads(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
+    int32_t x = nd->in[0], w = nd->in[1], bias = nd->in[2];
+    int dt = nd->p.conv.bf16 ? (int)MR_F32 : -1;
     if (is_active(c, x)) {
         mr_val in[2] = {V(w), dy}, dx;
         int want = 1;
@@ -334,6 +342,23 @@ static void rule_conv2d(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
         acc(c, w, outs[0]);
         acc(c, bias, outs[1]);
     }
+}
+
+/* CONV2D_MAXPOOL (autodiff/graph.c mr_graph_fuse_conv_pool): the ops the unfused pair gets:
+ * MAXPOOL2D_BWD (argmax = output 1, dy) into the conv output's shape, then the conv's gradients
+ * without RELU_BWD, whose mask the argmax already applied (p.pool.relu's rule, relu_done_by_pools). */
+static void rule_conv2d_maxpool(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
+    const mr_conv_params *cp = &nd->p.conv;
+    mr_shape xs = vshape(c, nd->in[0]), ws = vshape(c, nd->in[1]);
+    mr_shape cs = mr_shape_4d(xs.dim[0], ws.dim[0], (xs.dim[2] + 2 * cp->pad_h - ws.dim[2]) / cp->stride_h + 1,
+                              (xs.dim[3] + 2 * cp->pad_w - ws.dim[3]) / cp->stride_w + 1);
+    mr_op_params pp;
+    memset(&pp, 0, sizeof pp);
+    pp.pool = (mr_pool_params){2, 2, 2, 2, 0, 0, cp->relu != 0};
+    mr_val in[2] = {V(nd->out[1]), dy}, dconv = MR_VAL_NONE;
+    int dt = (int)vdtype(c, nd->out[0]);
+    (void)mr_graph_node(c->g, MR_OP_MAXPOOL2D_BWD, in, 2, &pp, &dt, &cs, 1, &dconv); /* errors are sticky */
+    conv_grads(c, nd, dconv);
 }
 
 /* MAXPOOL2D: (argmax = forward output 1, dy) -> dx. */
@@ -501,6 +526,7 @@ static void backward_node(grad_ctx *c, int32_t ni) {
     case MR_OP_EMBEDDING: rule_embedding(c, &nd, dy); break;
     case MR_OP_CONV2D: rule_conv2d(c, &nd, dy); break;
     case MR_OP_MAXPOOL2D: rule_maxpool(c, &nd, dy); break;
+    case MR_OP_CONV2D_MAXPOOL: rule_conv2d_maxpool(c, &nd, dy); break;
     case MR_OP_AVGPOOL2D: rule_avgpool(c, &nd, dy); break;
     case MR_OP_DROPOUT: rule_dropout(c, &nd, dy); break;
     case MR_OP_PERMUTE: rule_permute(c, &nd, dy); break;

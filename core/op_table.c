@@ -67,6 +67,9 @@ static const mr_op_info g_ops[MR_OP_COUNT] = {
        mr_conv2d_bwd_data_workspace, CUDA_FN(mr_conv2d_bwd_data_cuda)),
     OP(MR_OP_CONV2D_BWD_FILTER, "conv2d_bwd_filter", 2, 2, MR_OP_CONV2D, conv2d_bwd_filter,
        mr_conv2d_bwd_filter_workspace, CUDA_FN(mr_conv2d_bwd_filter_cuda)),
+    /* CPU only (no CUDA kernel: GPU graphs never fuse, autodiff/graph.c mr_graph_fuse_conv_pool) */
+    OP(MR_OP_CONV2D_MAXPOOL, "conv2d_maxpool", 3, 2, MR_OP_NONE, conv2d_maxpool_fwd, mr_conv2d_maxpool_fwd_workspace,
+       NULL),
     OP(MR_OP_MAXPOOL2D, "maxpool2d", 1, 2, MR_OP_NONE, maxpool2d_fwd, NULL, CUDA_FN(mr_maxpool2d_fwd_cuda)),
     OP(MR_OP_MAXPOOL2D_BWD, "maxpool2d_bwd", 2, 1, MR_OP_MAXPOOL2D, maxpool2d_bwd, NULL, CUDA_FN(mr_maxpool2d_bwd_cuda)),
     OP(MR_OP_AVGPOOL2D, "avgpool2d", 1, 1, MR_OP_NONE, avgpool2d_fwd, NULL, CUDA_FN(mr_avgpool2d_fwd_cuda)),

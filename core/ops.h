@@ -108,6 +108,15 @@ typedef enum mr_op_id {
     MR_OP_CONV2D_BWD_DATA,
     /* in: x, dy; out: dw (O,C,KH,KW), dbias (O) optional. */
     MR_OP_CONV2D_BWD_FILTER,
+    /* A CONV2D followed by a 2x2/stride-2 MAXPOOL2D without padding, as one op (CPU only: the
+     * conv's output is pooled while it is in cache and never stored). in: x, w, bias (as
+     * CONV2D); out: y (N,O,OH/2,OW/2) (OH, OW the conv's), argmax (N,O,OH/2,OW/2) i32, the flat
+     * index into the conv output's OH*OW plane. Same p.conv as CONV2D (bf16, relu); with
+     * p.conv.relu the argmax follows MAXPOOL2D's p.pool.relu (-1 where the window's max is not
+     * > 0). y and argmax equal CONV2D then MAXPOOL2D {2,2,2,2,0,0,relu} bit for bit, so the
+     * gradient is MAXPOOL2D_BWD (into the conv output's shape) then the conv's backward ops
+     * (autodiff/grad.c); the graph makes it from such a pair (mr_graph_fuse_conv_pool). */
+    MR_OP_CONV2D_MAXPOOL,
     /* Max pooling, NCHW; padding counts as -inf. in: x; out: y (N,C,OH,OW), argmax (N,C,OH,OW)
      * i32 (flat index into the H*W plane, -1 when a window saw only padding).
      * p.pool.relu (CPU only): argmax is also -1 where the window's max is not > 0 (0, NaN), so

@@ -77,8 +77,9 @@ static int conv_dims_get(const mr_op_args *a, const mr_view *x, const mr_view *w
     g->bf16 = p->bf16 != 0;
     g->es = g->bf16 ? 2 : 4;
     g->xes = x->dtype == MR_BF16 ? 2 : 4;
-    g->dyes = a->op != MR_OP_CONV2D && a->in[1].dtype == MR_BF16 ? 2 : 4;
-    g->relu = a->op == MR_OP_CONV2D && p->relu;
+    int fwd = a->op == MR_OP_CONV2D || a->op == MR_OP_CONV2D_MAXPOOL;
+    g->dyes = !fwd && a->in[1].dtype == MR_BF16 ? 2 : 4;
+    g->relu = fwd && p->relu;
     if (g->kh < 1 || g->kw < 1 || g->h + 2 * g->ph < g->kh || g->w + 2 * g->pw < g->kw) return 0;
     g->oh = (g->h + 2 * g->ph - g->kh) / g->sh + 1;
     g->ow = (g->w + 2 * g->pw - g->kw) / g->sw + 1;
@@ -905,4 +906,106 @@ mr_status mr_conv2d_bwd_filter_cpu(const mr_op_args *a) {
         dbias[o] = s;
     }
     return MR_OK;
+}
+
+/* ---- CONV2D_MAXPOOL (core/ops.h): the forward above into a per-thread stage that stays in
+ * cache, pooled 2x2/stride 2 from there (mr_cpu_maxpool22_plane, MAXPOOL2D's kernel): the full
+ * conv output is never stored (on the CNN it is 12.8 MB per layer at batch 128, written once and
+ * read back by MAXPOOL2D). Each conv element is computed as by CONV2D (its sum order is fixed by
+ * K, not by batching or threads), so y and argmax equal CONV2D then MAXPOOL2D bit for bit. The
+ * stage holds whole images: one (O, OHW) for the direct forward, a batch of them for im2col +
+ * GEMM. Workspace: [widened w (direct, bf16)] then per thread [slot (GEMM path)] [stage]. */
+
+static int64_t conv_pool_stage_floats(const conv_dims *g) {
+    return (conv_fwd_direct(g) ? 1 : conv_batch(g)) * g->o * g->ohw;
+}
+
+/* Floats before the per-thread parts, and of one thread's part. */
+static void conv_pool_ws(const conv_dims *g, int64_t *fixed, int64_t *per) {
+    int direct = conv_fwd_direct(g);
+    *fixed = direct && g->bf16 ? g->o * g->ckk : 0;
+    *per = (direct ? 0 : (int64_t)conv_slot_floats(g)) + conv_pool_stage_floats(g);
+}
+
+size_t mr_conv2d_maxpool_fwd_workspace(const mr_op_args *a) {
+    conv_dims g;
+    if (mr_op_is_f64(a) || !conv_dims_get(a, &a->in[0], &a->in[1], &g)) return 0;
+    int64_t fixed, per;
+    conv_pool_ws(&g, &fixed, &per);
+    return ((size_t)fixed + conv_threads() * (size_t)per) * sizeof(float);
+}
+
+/* Pools the conv output of images [n0, n0 + nb), stage (nb, O, OH, OW), into y and argmax
+ * (N, O, OH/2, OW/2). */
+static void conv_pool_batch(const conv_dims *g, const float *stage, int64_t n0, int64_t nb, float *y, int32_t *am,
+                            int par) {
+    int64_t ph = g->oh / 2, pw = g->ow / 2, planes = nb * g->o;
+#pragma omp parallel for schedule(static) if (par && planes * g->ohw > CONV_PAR_MIN / 4)
+    for (int64_t u = 0; u < planes; u++) {
+        int64_t at = (n0 * g->o + u) * ph * pw;
+        mr_cpu_maxpool22_plane(stage + u * g->ohw, y + at, am + at, g->ow, ph, pw, g->relu);
+    }
+}
+
+mr_status mr_conv2d_maxpool_fwd_cpu(const mr_op_args *a) {
+    if (mr_op_is_f64(a)) return mr_conv2d_maxpool_fwd_ref(a);
+    if (!conv_dtype_ok(a)) return conv_f32_only(a, a->in[0].dtype);
+    conv_dims g;
+    if (!conv_dims_get(a, &a->in[0], &a->in[1], &g)) return mr_op_error(a, "invalid geometry");
+    /* x (N,C,H,W); w (O,CKK); bias (O) or NULL; y, argmax (N,O,OH/2,OW/2) */
+    const char *x = a->in[0].data;
+    const void *w = a->in[1].data;
+    const float *bias = a->in[2].data;
+    float *y = a->out[0].data, *ws = a->workspace;
+    int32_t *am = a->out[1].data;
+    int64_t es = g.xes, chw = g.c * g.h * g.w, fixed, per;
+    conv_pool_ws(&g, &fixed, &per);
+    int64_t have = ws ? (int64_t)(a->workspace_bytes / sizeof(float)) : 0;
+    int64_t slots = have >= fixed + per ? (have - fixed) / per : 0;
+    if (slots > (int64_t)conv_threads()) slots = (int64_t)conv_threads();
+    if (slots < 1) return conv_no_workspace(a);
+#ifdef CONV_AVX512
+    if (conv_fwd_direct(&g)) {
+        const float *wf = w;
+        if (g.bf16) {
+            for (int64_t i = 0; i < g.o * g.ckk; i++) ws[i] = mr_bf16_to_f32(((const uint16_t *)w)[i]);
+            wf = ws;
+        }
+        conv_taps tp;
+        conv_taps_get(&g, &tp);
+        float *stages = ws + fixed;
+#pragma omp parallel for num_threads((int)slots) schedule(static) if (g.n * g.o * g.ckk * g.ohw > CONV_PAR_MIN)
+        for (int64_t n = 0; n < g.n; n++) {
+            float *stage = stages + (int64_t)omp_get_thread_num() * per;
+            fwd_direct_rows_any(&g, &tp, x + n * chw * es, wf, bias, stage, 0, g.oh);
+            conv_pool_batch(&g, stage, n, 1, y, am, 0);
+        }
+        return MR_OK;
+    }
+#endif
+    int64_t slot = (int64_t)conv_slot_floats(&g), bsz, batches;
+    int nt;
+    conv_share(&g, (int)slots, &bsz, &batches, &nt);
+    if (nt < 2) {
+        for (int64_t n0 = 0; n0 < g.n; n0 += bsz) {
+            int64_t nb = g.n - n0 < bsz ? g.n - n0 : bsz;
+            if (conv_fwd_batch(&g, x + n0 * chw * es, w, bias, ws + slot, nb, ws, ws + nb * g.ohw * g.ckk, 1))
+                return conv_gemm_failed(a);
+            conv_pool_batch(&g, ws + slot, n0, nb, y, am, 1);
+        }
+        return MR_OK;
+    }
+    int failed = 0;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t bi = 0; bi < batches; bi++) {
+        float *col = ws + (int64_t)omp_get_thread_num() * per, *stage = col + slot;
+        int64_t n0 = bi * bsz, nb = g.n - n0 < bsz ? g.n - n0 : bsz;
+        if (conv_fwd_batch(&g, x + n0 * chw * es, w, bias, stage, nb, col, col + nb * g.ohw * g.ckk, 0)) {
+#pragma omp atomic write
+            failed = 1;
+        } else {
+            conv_pool_batch(&g, stage, n0, nb, y, am, 0);
+        }
+    }
+    return failed ? conv_gemm_failed(a) : MR_OK;
 }
