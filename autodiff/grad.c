@@ -307,7 +307,7 @@ static int relu_done_by_pools(const grad_ctx *c, int32_t y) {
     return pools > 0;
 }
 
-static void conv_grads(grad_ctx *c, const mr_gnode *nd, mr_val dy);
+static void conv_grads(grad_ctx *c, const mr_gnode *nd, mr_val dy, int32_t argmax);
 
 static void rule_conv2d(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
     int32_t x = nd->in[0], w = nd->in[1], bias = nd->in[2];
@@ -320,46 +320,38 @@ static void rule_conv2d(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
         int want = 1;
         bwd_node(c, MR_OP_RELU_BWD, in, 3, &rp, &nd->out[0], &want, 1, &dy);
     }
-    conv_grads(c, nd, dy);
+    conv_grads(c, nd, dy, 0);
 }
 
-/* The conv's data and filter gradients from dy of its output (after any ReLU). */
-static void conv_grads(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
+/* The conv's data and filter gradients from dy of its output (after any ReLU), or (argmax != 0)
+ * from the pooled dy of a CONV2D_MAXPOOL and its argmax: p.conv.pool, core/ops.h. */
+static void conv_grads(grad_ctx *c, const mr_gnode *nd, mr_val dy, int32_t argmax) {
     int32_t x = nd->in[0], w = nd->in[1], bias = nd->in[2];
     int dt = nd->p.conv.bf16 ? (int)MR_F32 : -1;
+    mr_op_params p = nd->p;
+    p.conv.pool = argmax != 0;
     if (is_active(c, x)) {
-        mr_val in[2] = {V(w), dy}, dx;
+        mr_val in[3] = {V(w), dy, V(argmax)}, dx;
         int want = 1;
-        bwd_node_dt(c, MR_OP_CONV2D_BWD_DATA, in, 2, &nd->p, &x, &want, 1, &dx, dt);
+        bwd_node_dt(c, MR_OP_CONV2D_BWD_DATA, in, 3, &p, &x, &want, 1, &dx, dt);
         acc(c, x, dx);
     }
     if (is_active(c, w) || is_active(c, bias)) {
-        mr_val in[2] = {V(x), dy}, outs[2];
+        mr_val in[3] = {V(x), dy, V(argmax)}, outs[2];
         /* dbias is shaped like the bias; with no bias its slot is left out and `like` unused */
         int32_t like[2] = {w, bias ? bias : w};
         int want[2] = {1, is_active(c, bias)};
-        bwd_node_dt(c, MR_OP_CONV2D_BWD_FILTER, in, 2, &nd->p, like, want, 2, outs, dt);
+        bwd_node_dt(c, MR_OP_CONV2D_BWD_FILTER, in, 3, &p, like, want, 2, outs, dt);
         acc(c, w, outs[0]);
         acc(c, bias, outs[1]);
     }
 }
 
-/* CONV2D_MAXPOOL (autodiff/graph.c mr_graph_fuse_conv_pool): the ops the unfused pair gets:
- * MAXPOOL2D_BWD (argmax = output 1, dy) into the conv output's shape, then the conv's gradients
- * without RELU_BWD, whose mask the argmax already applied (p.pool.relu's rule, relu_done_by_pools). */
-static void rule_conv2d_maxpool(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
-    const mr_conv_params *cp = &nd->p.conv;
-    mr_shape xs = vshape(c, nd->in[0]), ws = vshape(c, nd->in[1]);
-    mr_shape cs = mr_shape_4d(xs.dim[0], ws.dim[0], (xs.dim[2] + 2 * cp->pad_h - ws.dim[2]) / cp->stride_h + 1,
-                              (xs.dim[3] + 2 * cp->pad_w - ws.dim[3]) / cp->stride_w + 1);
-    mr_op_params pp;
-    memset(&pp, 0, sizeof pp);
-    pp.pool = (mr_pool_params){2, 2, 2, 2, 0, 0, cp->relu != 0};
-    mr_val in[2] = {V(nd->out[1]), dy}, dconv = MR_VAL_NONE;
-    int dt = (int)vdtype(c, nd->out[0]);
-    (void)mr_graph_node(c->g, MR_OP_MAXPOOL2D_BWD, in, 2, &pp, &dt, &cs, 1, &dconv); /* errors are sticky */
-    conv_grads(c, nd, dconv);
-}
+/* CONV2D_MAXPOOL (autodiff/graph.c mr_graph_fuse_conv_pool): the conv's backward ops on the pooled
+ * dy and the argmax (output 1) with p.conv.pool, which scatter dy as MAXPOOL2D_BWD would as they read
+ * it (its full-size result is never stored), without RELU_BWD: with p.conv.relu the argmax is -1
+ * where the window's max is not > 0 (p.pool.relu's rule, relu_done_by_pools). */
+static void rule_conv2d_maxpool(grad_ctx *c, const mr_gnode *nd, mr_val dy) { conv_grads(c, nd, dy, nd->out[1]); }
 
 /* MAXPOOL2D: (argmax = forward output 1, dy) -> dx. */
 static void rule_maxpool(grad_ctx *c, const mr_gnode *nd, mr_val dy) {

@@ -476,7 +476,7 @@ mr_val mr_graph_conv2d(mr_graph *g, mr_val x, mr_val w, mr_val bias, int stride,
     /* a bf16 weight makes it mixed precision (CPU, core/ops.h MR_OP_CONV2D): x (f32 or bf16) is
      * rounded to bf16 in the kernel, sums and y are f32 */
     int mixed = g->vals[w.id].dtype == MR_BF16;
-    p.conv = (mr_conv_params){stride, stride, pad, pad, mixed, 0};
+    p.conv = (mr_conv_params){stride, stride, pad, pad, mixed, 0, 0};
     mr_val in[3] = {x, w, bias};
     mr_dtype dt = mixed ? MR_F32 : g->vals[x.id].dtype;
     return node1(g, MR_OP_CONV2D, in, 3, &p, dt, sy);

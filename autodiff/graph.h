@@ -145,8 +145,9 @@ mr_val mr_graph_maxpool2d(mr_graph *g, mr_val x, int kernel, int stride, int pad
  * of keep[0..n_keep) (the values the caller will plan to keep). The pool's outputs keep their
  * values; the conv's output becomes MR_VAL_FUSED (no bytes: reading it later is a build error,
  * keeping it a plan error); the pool's node is removed, so node counts taken before change. Call
- * it after building the forward, before mr_graph_grad (which then differentiates the fused node:
- * the same gradient ops, bit for bit). Returns the number of fusions, or -1 on a graph error. */
+ * it after building the forward, before mr_graph_grad (which differentiates the fused node with the
+ * conv's backward ops reading the pooled gradient and the argmax, p.conv.pool: the unfused
+ * graph's gradients bit for bit). Returns the number of fusions, or -1 on a graph error. */
 int mr_graph_fuse_conv_pool(mr_graph *g, const mr_val *keep, int n_keep);
 /* torch.nn.AvgPool2d(kernel, stride, pad) (count_include_pad=True, ceil_mode=False): padding
  * counts as zeros in every window's mean over kernel*kernel. */

@@ -63,9 +63,9 @@ static const mr_op_info g_ops[MR_OP_COUNT] = {
     OP(MR_OP_EMBEDDING_BWD, "embedding_bwd", 2, 1, MR_OP_EMBEDDING, embedding_bwd, mr_embedding_bwd_workspace,
        CUDA_FN(mr_embedding_bwd_cuda)),
     OP(MR_OP_CONV2D, "conv2d", 3, 1, MR_OP_NONE, conv2d_fwd, mr_conv2d_fwd_workspace, CUDA_FN(mr_conv2d_fwd_cuda)),
-    OP(MR_OP_CONV2D_BWD_DATA, "conv2d_bwd_data", 2, 1, MR_OP_CONV2D, conv2d_bwd_data,
+    OP(MR_OP_CONV2D_BWD_DATA, "conv2d_bwd_data", 3, 1, MR_OP_CONV2D, conv2d_bwd_data,
        mr_conv2d_bwd_data_workspace, CUDA_FN(mr_conv2d_bwd_data_cuda)),
-    OP(MR_OP_CONV2D_BWD_FILTER, "conv2d_bwd_filter", 2, 2, MR_OP_CONV2D, conv2d_bwd_filter,
+    OP(MR_OP_CONV2D_BWD_FILTER, "conv2d_bwd_filter", 3, 2, MR_OP_CONV2D, conv2d_bwd_filter,
        mr_conv2d_bwd_filter_workspace, CUDA_FN(mr_conv2d_bwd_filter_cuda)),
     /* CPU only (no CUDA kernel: GPU graphs never fuse, autodiff/graph.c mr_graph_fuse_conv_pool) */
     OP(MR_OP_CONV2D_MAXPOOL, "conv2d_maxpool", 3, 2, MR_OP_NONE, conv2d_maxpool_fwd, mr_conv2d_maxpool_fwd_workspace,

@@ -92,24 +92,84 @@ mr_status mr_conv2d_fwd_check(const mr_op_args *a) {
     return conv_bias_check(a, &a->in[2], "in[2] (bias)", g.o);
 }
 
+/* The backward ops' dy (in[1]) against the conv geometry g: (N,O,OH,OW), or with p.conv.pool the
+ * pooled (N,O,OH/2,OW/2) with in[2] the i32 argmax of that shape; in[2] is absent otherwise. */
+static mr_status conv_bwd_dy_check(const mr_op_args *a, const conv_geom *g) {
+    char b1[128];
+    if (!a->p.conv.pool) {
+        if (a->in[2].data) return mr_op_error(a, "in[2] (argmax) is only taken with p.conv.pool");
+        mr_shape ys = mr_shape_4d(g->n, g->o, g->oh, g->ow);
+        return mr_op_check_shape(a, &a->in[1], "in[1] (dy)", &ys);
+    }
+    if (!a->in[2].data || a->in[2].dtype != MR_I32)
+        return mr_op_error(a, "p.conv.pool needs in[2] (argmax), i32; got %s",
+                           a->in[2].data ? mr_dtype_name(a->in[2].dtype) : "none");
+    mr_shape cs = mr_shape_4d(g->n, g->o, g->oh, g->ow), ps = mr_shape_4d(g->n, g->o, g->oh / 2, g->ow / 2);
+    if (g->oh < 2 || g->ow < 2 || g->oh * g->ow > INT32_MAX)
+        return mr_op_error(a, "p.conv.pool: the conv's output %s must be at least 2x2, its plane within i32",
+                           mr_shape_str(&cs, b1, sizeof b1));
+    mr_status st = mr_op_check_shape(a, &a->in[1], "in[1] (dy, pooled)", &ps);
+    return st != MR_OK ? st : mr_op_check_shape(a, &a->in[2], "in[2] (argmax)", &ps);
+}
+
+/* The dtype rule over every view but the argmax (in[2], checked by conv_bwd_dy_check). */
+static mr_status conv_bwd_dtypes(const mr_op_args *a) {
+    mr_op_args c = *a;
+    memset(&c.in[2], 0, sizeof c.in[2]);
+    int mixed;
+    return conv_dtypes(&c, &mixed);
+}
+
 mr_status mr_conv2d_bwd_data_check(const mr_op_args *a) {
     if (!a->in[0].data || !a->in[1].data || !a->out[0].data) return mr_op_error(a, "w, dy and dx are required");
-    int mixed;
-    mr_status st = conv_dtypes(a, &mixed);
+    mr_status st = conv_bwd_dtypes(a);
     if (st != MR_OK) return st;
     conv_geom g;
-    return conv_geom_get(a, &a->out[0], "out[0] (dx)", &a->in[0], "in[0] (w)", &a->in[1], "in[1] (dy)", &g);
+    if ((st = conv_geom_get(a, &a->out[0], "out[0] (dx)", &a->in[0], "in[0] (w)", NULL, "in[1] (dy)", &g)) != MR_OK)
+        return st;
+    return conv_bwd_dy_check(a, &g);
 }
 
 mr_status mr_conv2d_bwd_filter_check(const mr_op_args *a) {
     if (!a->in[0].data || !a->in[1].data || !a->out[0].data) return mr_op_error(a, "x, dy and dw are required");
-    int mixed;
-    mr_status st = conv_dtypes(a, &mixed);
+    mr_status st = conv_bwd_dtypes(a);
     if (st != MR_OK) return st;
     conv_geom g;
-    if ((st = conv_geom_get(a, &a->in[0], "in[0] (x)", &a->out[0], "out[0] (dw)", &a->in[1], "in[1] (dy)", &g)) != MR_OK)
+    if ((st = conv_geom_get(a, &a->in[0], "in[0] (x)", &a->out[0], "out[0] (dw)", NULL, "in[1] (dy)", &g)) != MR_OK)
         return st;
+    if ((st = conv_bwd_dy_check(a, &g)) != MR_OK) return st;
     return conv_bias_check(a, &a->out[1], "out[1] (dbias)", g.o);
+}
+
+/* p.conv.pool: the pooled dy (in[1]) scattered at the argmax (in[2]) into a full-size dy of its
+ * dtype (bits copied, 0 elsewhere: MAXPOOL2D_BWD of the 2x2 windows), then `ref` on that. */
+static mr_status conv_ref_pooled(const mr_op_args *a, mr_status (*ref)(const mr_op_args *)) {
+    const mr_view *xv = a->op == MR_OP_CONV2D_BWD_DATA ? &a->out[0] : &a->in[0];
+    const mr_view *wv = a->op == MR_OP_CONV2D_BWD_DATA ? &a->in[0] : &a->out[0];
+    conv_geom g;
+    mr_status st = conv_geom_get(a, xv, "x", wv, "w", NULL, "dy", &g);
+    if (st != MR_OK) return st;
+    int64_t ohw = g.oh * g.ow, phw = (g.oh / 2) * (g.ow / 2), planes = g.n * g.o;
+    size_t es = mr_dtype_size(a->in[1].dtype);
+    char *full = calloc((size_t)(planes * ohw > 0 ? planes * ohw : 1), es);
+    if (!full) return mr_set_error(MR_ERR_NOMEM, "conv2d reference: out of memory for %lld values", (long long)(planes * ohw));
+    const char *dy = a->in[1].data;
+    const int32_t *am = a->in[2].data;
+    for (int64_t i = 0; i < planes * phw; i++) {
+        if (am[i] < -1 || am[i] >= ohw) {
+            free(full);
+            return mr_op_error(a, "argmax[%lld] = %d is outside [-1, %lld)", (long long)i, (int)am[i], (long long)ohw);
+        }
+        if (am[i] >= 0) memcpy(full + ((i / phw) * ohw + am[i]) * (int64_t)es, dy + i * (int64_t)es, es);
+    }
+    mr_op_args c = *a;
+    c.p.conv.pool = 0;
+    c.in[1].data = full;
+    c.in[1].shape = mr_shape_4d(g.n, g.o, g.oh, g.ow);
+    memset(&c.in[2], 0, sizeof c.in[2]);
+    st = ref(&c);
+    free(full);
+    return st;
 }
 
 /* Mixed precision (p.conv.bf16) through the f64 reference `ref`: every float view copied to f64,
@@ -193,6 +253,7 @@ mr_status mr_conv2d_fwd_ref(const mr_op_args *a) {
 }
 
 mr_status mr_conv2d_bwd_data_ref(const mr_op_args *a) {
+    if (a->p.conv.pool) return conv_ref_pooled(a, mr_conv2d_bwd_data_ref);
     if (conv_is_mixed(a)) return conv_ref_mixed(a, mr_conv2d_bwd_data_ref);
     if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64 (or p.conv.bf16: mixed precision)");
     conv_geom g;
@@ -205,6 +266,7 @@ mr_status mr_conv2d_bwd_data_ref(const mr_op_args *a) {
 }
 
 mr_status mr_conv2d_bwd_filter_ref(const mr_op_args *a) {
+    if (a->p.conv.pool) return conv_ref_pooled(a, mr_conv2d_bwd_filter_ref);
     if (conv_is_mixed(a)) return conv_ref_mixed(a, mr_conv2d_bwd_filter_ref);
     if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64 (or p.conv.bf16: mixed precision)");
     conv_geom g;

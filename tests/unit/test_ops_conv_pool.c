@@ -3,8 +3,9 @@
  * kernel in f32 against the f64 reference (core/ref/conv_ref.c), with and without the fused ReLU;
  * in mixed precision (p.conv.bf16; x f32 rounded in the kernel, or bf16) against the mixed
  * reference; y and argmax bit-identical to CONV2D then MAXPOOL2D run on the CPU, and with 1, 2 and
- * 4 threads; the gradient (MAXPOOL2D_BWD then the conv's backward ops, autodiff/grad.c) against
- * central differences; errors. Cases: the CNN's two layers (the direct forward and im2col + GEMM),
+ * 4 threads; the backward ops with p.conv.pool (the pooled dy scattered at the argmax as read)
+ * bit-identical to MAXPOOL2D_BWD then the plain backward ops, and against the reference; the
+ * gradient against central differences; errors. Cases: the CNN's two layers (the direct forward and im2col + GEMM),
  * batch 1 (the threaded GEMM), odd conv outputs (the last row or column falls out of the pool),
  * strides, no bias, many images. The graph side (mr_graph_fuse_conv_pool): a small CNN's loss and
  * gradients equal the unfused graph's bit for bit in f32 and mixed bf16; what stops the fusion
@@ -43,7 +44,7 @@ typedef struct cp_args {
 
 /* mode 0: f32; 1: mixed with f32 x (rounded by the kernel); 2: mixed with bf16 x; 3: f64. */
 static void cp_make(const conv_case *c, int mode, int relu, uint64_t seed, cp_args *a) {
-    mr_conv_params p = {c->sh, c->sw, c->ph, c->pw, mode == 1 || mode == 2, relu};
+    mr_conv_params p = {c->sh, c->sw, c->ph, c->pw, mode == 1 || mode == 2, relu, 0};
     mr_dtype ft = mode == 3 ? MR_F64 : MR_F32;
     int64_t oh = out_size(c->h, c->kh, c->sh, c->ph), ow = out_size(c->w, c->kw, c->sw, c->pw);
     mr_shape xs = mr_shape_4d(c->n, c->c, c->h, c->w), ws = mr_shape_4d(c->o, c->c, c->kh, c->kw);
@@ -166,6 +167,105 @@ static void test_conv_pool_bf16(void **state) {
     }
 }
 
+/* Runs args on the CPU with 1, 2 and 4 threads (fresh outputs, workspace each) and asserts every
+ * output bit-equal to `want` (args of the same outputs, already run). */
+static void outputs_equal_124(const char *what, const mr_op_args *a, const mr_op_args *want) {
+    static const int threads[3] = {1, 2, 4};
+    int saved = mr_cpu_threads(), checked = 0;
+    for (int t = 0; t < 3; t++) {
+        mr_cpu_set_threads(threads[t]);
+        mr_op_args r = th_fresh_outputs(a);
+        th_give_workspace(&r);
+        MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &r));
+        for (int i = 0; i < a->n_out; i++) {
+            if (!a->out[i].data) continue;
+            if (memcmp(r.out[i].data, want->out[i].data, th_view_bytes(&a->out[i])) != 0)
+                fail_msg("%s, %d threads: out[%d] differs from the unfused ops", what, threads[t], i);
+            checked++;
+        }
+    }
+    mr_cpu_set_threads(saved);
+    assert_true(checked > 0);
+}
+
+/* The backward ops with p.conv.pool (pooled dy scattered at the argmax as read) against
+ * MAXPOOL2D_BWD then the plain backward ops on the CPU, bit for bit with 1, 2 and 4 threads, and
+ * against the reference: f32 (th_check_cpu_vs_ref), mixed with f32 dy and with bf16 dy. The
+ * argmax is the fused forward's (with the ReLU: -1 windows included). */
+static void test_conv_pool_bwd(void **state) {
+    (void)state;
+    for (size_t k = 0; k < NCASES; k++)
+        for (int mode = 0; mode < 3; mode++) {
+            const conv_case *c = &g_cases[k];
+            cp_args a;
+            cp_make(c, mode, 1, 40 + 10 * k, &a);
+            MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &a.fused));
+            mr_shape ps = a.fused.out[0].shape, ys = a.conv.out[0].shape;
+            /* dy pooled (f32, or bf16 for mode 2) and its MAXPOOL2D_BWD scatter in f32 */
+            mr_view dyf = th_rand_view(MR_F32, ps, -1, 1, 60 + k), dy = dyf;
+            if (mode == 2) {
+                dy = th_view(MR_BF16, ps);
+                for (int64_t i = 0; i < mr_shape_numel(&ps); i++) {
+                    ((uint16_t *)dy.data)[i] = mr_f32_to_bf16(((float *)dyf.data)[i]);
+                    ((float *)dyf.data)[i] = mr_bf16_to_f32(((uint16_t *)dy.data)[i]);
+                }
+            }
+            mr_op_args pb;
+            mr_op_args_init(&pb, MR_OP_MAXPOOL2D_BWD);
+            pb.p.pool = a.pool.p.pool;
+            pb.in[0] = a.fused.out[1];
+            pb.in[1] = dyf;
+            pb.out[0] = th_view(MR_F32, ys);
+            MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &pb));
+            mr_view full = pb.out[0];
+            if (mode == 2) {
+                full = th_view(MR_BF16, ys);
+                for (int64_t i = 0; i < mr_shape_numel(&ys); i++)
+                    ((uint16_t *)full.data)[i] = mr_f32_to_bf16(((float *)pb.out[0].data)[i]);
+            }
+            const mr_op_id ops[2] = {MR_OP_CONV2D_BWD_DATA, MR_OP_CONV2D_BWD_FILTER};
+            for (int o = 0; o < 2; o++) {
+                mr_op_args pooled, plain;
+                mr_op_args_init(&pooled, ops[o]);
+                pooled.p.conv = a.fused.p.conv;
+                pooled.p.conv.pool = 1;
+                pooled.in[0] = o ? a.fused.in[0] : a.fused.in[1];
+                pooled.in[1] = dy;
+                pooled.in[2] = a.fused.out[1];
+                pooled.out[0] = th_view(MR_F32, o ? a.fused.in[1].shape : a.fused.in[0].shape);
+                if (o && c->bias) pooled.out[1] = th_view(MR_F32, mr_shape_1d(c->o));
+                plain = th_fresh_outputs(&pooled);
+                plain.p.conv.pool = 0;
+                plain.in[1] = full;
+                memset(&plain.in[2], 0, sizeof plain.in[2]);
+                th_give_workspace(&plain);
+                MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &plain));
+                char what[96];
+                snprintf(what, sizeof what, "%s pooled (%s) case %zu", o ? "conv2d_bwd_filter" : "conv2d_bwd_data",
+                         mode == 0 ? "f32" : mode == 1 ? "mixed, f32 dy" : "mixed, bf16 dy", k);
+                outputs_equal_124(what, &pooled, &plain);
+                if (mode == 0) {
+                    (void)th_check_cpu_vs_ref(what, &pooled, TOL_F32_REDUCE_ATOL, TOL_F32_REDUCE_RTOL,
+                                              TOL_F32_REDUCE_NMSE);
+                    continue;
+                }
+                mr_op_args r = th_fresh_outputs(&pooled), m = th_fresh_outputs(&pooled);
+                MR_ASSERT_OK(mr_op_run_ref(&r));
+                th_give_workspace(&m);
+                MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &m));
+                for (int i = 0; i < 2; i++) {
+                    if (!m.out[i].data) continue;
+                    int64_t n = mr_shape_numel(&m.out[i].shape);
+                    double *ref = th_alloc((size_t)n * sizeof(double));
+                    for (int64_t j = 0; j < n; j++) ref[j] = ((const float *)r.out[i].data)[j];
+                    assert_true(th_compare(what, m.out[i].data, MR_F32, ref, n, TOL_F32_REDUCE_ATOL,
+                                           TOL_F32_REDUCE_RTOL, TOL_F32_REDUCE_NMSE));
+                }
+            }
+            th_free_all();
+        }
+}
+
 /* The gradient the graph gives the fused node (MAXPOOL2D_BWD of r into the conv output, then
  * CONV2D_BWD_DATA and CONV2D_BWD_FILTER, all references) against central differences of
  * sum(y * r), with the ReLU and without. */
@@ -241,6 +341,38 @@ static void test_conv_pool_errors(void **state) {
     e.out[0].shape = e.out[1].shape = mr_shape_4d(3, 5, 0, 0);
     th_expect_invalid(&e, "conv2d_maxpool");
     assert_non_null(strstr(mr_last_error(), "2x2"));
+    /* the backward ops' p.conv.pool: argmax required with it, refused without, checked as read */
+    MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &a.fused));
+    const mr_op_id bops[2] = {MR_OP_CONV2D_BWD_DATA, MR_OP_CONV2D_BWD_FILTER};
+    for (int o = 0; o < 2; o++) {
+        const char *name = o ? "conv2d_bwd_filter" : "conv2d_bwd_data";
+        mr_op_args b;
+        mr_op_args_init(&b, bops[o]);
+        b.p.conv = a.fused.p.conv;
+        b.p.conv.pool = 1;
+        b.in[0] = o ? a.fused.in[0] : a.fused.in[1];
+        b.in[1] = th_rand_view(MR_F32, a.fused.out[0].shape, -1, 1, 7);
+        b.in[2] = a.fused.out[1];
+        b.out[0] = th_view(MR_F32, o ? a.fused.in[1].shape : a.fused.in[0].shape);
+        th_give_workspace(&b);
+        MR_ASSERT_OK(mr_op_run(MR_DEVICE_CPU, &b));
+        e = b;
+        memset(&e.in[2], 0, sizeof e.in[2]);
+        th_expect_invalid(&e, name);
+        e = b;
+        e.p.conv.pool = 0; /* argmax without p.conv.pool */
+        th_expect_invalid(&e, name);
+        e = b;
+        e.in[1].shape = a.conv.out[0].shape; /* a full-size dy with p.conv.pool */
+        th_expect_invalid(&e, name);
+        e = th_fresh_outputs(&b);
+        th_give_workspace(&e);
+        mr_view bad = th_view(MR_I32, b.in[2].shape);
+        memcpy(bad.data, b.in[2].data, th_view_bytes(&bad));
+        ((int32_t *)bad.data)[th_view_bytes(&bad) / sizeof(int32_t) - 1] = 1 << 20;
+        e.in[2] = bad;
+        th_expect_invalid_cpu_ref(&e, "argmax");
+    }
     /* CPU only: a GPU backend has no kernel for it, and says so by name */
     assert_int_equal(mr_op_run(MR_DEVICE_CUDA, &a.fused), MR_ERR_UNSUPPORTED);
     assert_non_null(strstr(mr_last_error(), "conv2d_maxpool"));
@@ -249,7 +381,7 @@ static void test_conv_pool_errors(void **state) {
 
 /* ---- the graph: mr_graph_fuse_conv_pool ---------------------------------------------------------- */
 
-enum { GN = 3, GC = 2, GH = 10, GW = 9, GO1 = 4, GO2 = 6, GCLS = 5 };
+enum { GN = 3, GC = 1, GH = 10, GW = 9, GO1 = 4, GO2 = 6, GCLS = 5 };
 
 typedef struct cnn {
     mr_graph *g;
@@ -391,6 +523,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_pool_f32),
         cmocka_unit_test(test_conv_pool_bf16),
+        cmocka_unit_test(test_conv_pool_bwd),
         cmocka_unit_test(test_conv_pool_grad),
         cmocka_unit_test(test_conv_pool_errors),
         cmocka_unit_test(test_graph_fused_vs_unfused),
