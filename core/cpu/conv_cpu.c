@@ -606,8 +606,8 @@ CONV_AVX512 static void row_round_avx512(uint16_t *restrict d, const float *rest
 /* d[0, ohw) (des bytes an element) := 0, then d[am[i]] := s[i] for the phw pooled elements with
  * am[i] >= 0 (ses bytes: copied, or f32 rounded to bf16): MAXPOOL2D_BWD's 2x2 plane (each position
  * in one window; dy's bits copied, as its AVX-512 path does). 0 when some am[i] is outside [-1, ohw). */
-static int pool_scatter(void *restrict d, int64_t des, const void *restrict s, int64_t ses, const int32_t *restrict am,
-                        int64_t phw, int64_t ohw) {
+static int pool_scatter_any(void *restrict d, int64_t des, const void *restrict s, int64_t ses,
+                            const int32_t *restrict am, int64_t phw, int64_t ohw) {
     memset(d, 0, (size_t)(ohw * des));
     int ok = 1;
     for (int64_t i = 0; i < phw; i++) {
@@ -624,6 +624,28 @@ static int pool_scatter(void *restrict d, int64_t des, const void *restrict s, i
     return ok;
 }
 
+/* Stage of an f32 plane scattered before rounding to bf16 (floats). */
+#define CONV_SCATTER_STAGE 4096
+
+/* pool_scatter_any for one (image, channel) plane of g's conv output, with MAXPOOL2D_BWD's AVX-512
+ * plane kernel where the plane is even-sized and dy f32 (scattered straight into an f32 d, or into
+ * a stage then rounded to a bf16 d): the scalar scatter measured slower than the pass it saved. */
+static int pool_scatter(const conv_dims *g, void *restrict d, int64_t des, const void *restrict s, int64_t ses,
+                        const int32_t *restrict am) {
+#ifdef CONV_AVX512
+    if (ses == 4 && g->oh % 2 == 0 && g->ow % 2 == 0) {
+        if (des == 4 && mr_cpu_maxpool22_bwd_plane(am, s, d, g->oh / 2, g->ow / 2)) return 1;
+        float stage[CONV_SCATTER_STAGE];
+        if (des == 2 && g->avx512 && g->ohw <= CONV_SCATTER_STAGE &&
+            mr_cpu_maxpool22_bwd_plane(am, s, stage, g->oh / 2, g->ow / 2)) {
+            row_round_avx512(d, stage, g->ohw);
+            return 1;
+        }
+    }
+#endif
+    return pool_scatter_any(d, des, s, ses, am, g->dyhw, g->ohw);
+}
+
 /* dst (nb,O,OHW) := src (O, nb*OHW) image by image, plus bias (O) if not NULL (f32: the GEMM's
  * output); or the reverse (to_batch: dy src (nb,O,OHW), g->dyes bytes an element, into dyb dst
  * (O, nb*OHW), g->es bytes an element: an f32 dy is rounded to a bf16 dyb in mixed precision; with
@@ -638,7 +660,7 @@ static int batch_copy(const conv_dims *g, int64_t nb, const void *src, void *dst
         const char *s = (const char *)src + (to_batch ? u * g->dyhw : o * ld + b * g->ohw) * ses;
         char *d = (char *)dst + (to_batch ? o * ld + b * g->ohw : u * g->ohw) * des;
         if (to_batch && g->pool) {
-            ok = pool_scatter(d, des, s, ses, am + u * g->dyhw, g->dyhw, g->ohw) && ok;
+            ok = pool_scatter(g, d, des, s, ses, am + u * g->dyhw) && ok;
             continue;
         }
         if (des == 4) {
@@ -882,8 +904,8 @@ static int conv_bwd_filter_range(const conv_dims *g, const void *x, const void *
             char *full = (char *)(col + conv_slot_floats(g));
             int ok = 1;
             for (int64_t u = 0; u < (n1 - n0) * g->o; u++)
-                ok = pool_scatter(full + u * g->ohw * dyes, dyes, dyn + u * g->dyhw * dyes, dyes,
-                                  am + (n0 * g->o + u) * g->dyhw, g->dyhw, g->ohw) && ok;
+                ok = pool_scatter(g, full + u * g->ohw * dyes, dyes, dyn + u * g->dyhw * dyes, dyes,
+                                  am + (n0 * g->o + u) * g->dyhw) && ok;
             if (!ok) return 2;
             dyn = full;
         }

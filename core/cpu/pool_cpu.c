@@ -181,6 +181,11 @@ __attribute__((target("avx512f"))) static int pool22_bwd_plane_512(const int32_t
     return 1;
 }
 
+int mr_cpu_maxpool22_bwd_plane(const int32_t *ap, const float *dyp, float *dxp, int64_t oh, int64_t ow) {
+    if (!mr_cpu_caps_get()->avx512f || 2 * ow > INT32_MAX / 4) return 0;
+    return pool22_bwd_plane_512(ap, dyp, dxp, 2 * ow, oh, ow);
+}
+
 mr_status mr_maxpool2d_bwd_cpu(const mr_op_args *a) {
     if (mr_op_is_f64(a)) return mr_maxpool2d_bwd_ref(a);
     if (a->in[1].dtype != MR_F32)
