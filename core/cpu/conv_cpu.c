@@ -31,7 +31,11 @@
  * them, f32 widening elsewhere); dcol, yb and the partials stay f32. An f32 x or dy is rounded to
  * bf16 (nearest even, mr_f32_to_bf16's bits) by im2col and by the dy copy, which run anyway: the
  * graph needs no cast pass over the activations (on the CNN those casts cost more than the bf16
- * GEMMs saved). The direct forward rounds or widens x as it loads it (products exact, sums f32). */
+ * GEMMs saved). The direct forward rounds or widens x as it loads it (products exact, sums f32).
+ * The 2x2 max pool (issue 19): CONV2D_MAXPOOL (end of file) pools the forward's output from a
+ * per-thread stage; the backward ops with p.conv.pool scatter the pooled dy at the argmax where
+ * they copy dy anyway (batch_copy, and a scratch for filter_direct), so neither the conv output
+ * nor its full-size gradient is stored. Same bits as the unfused ops (core/ops.h). */
 #include "core/cpu/cpu_impl.h"
 #include "core/math/half_math.h"
 #include "core/ops_impl.h"
