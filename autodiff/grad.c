@@ -360,9 +360,10 @@ static int relu_done_by_pools(const grad_ctx *c, int32_t y) {
     return pools > 0;
 }
 
+static void conv_grads(grad_ctx *c, const mr_gnode *nd, mr_val dy, int32_t argmax);
+
 static void rule_conv2d(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
     int32_t x = nd->in[0], w = nd->in[1], bias = nd->in[2];
-    int dt = nd->p.conv.bf16 ? (int)MR_F32 : -1;
     if (nd->p.conv.relu && (is_active(c, x) || is_active(c, w) || is_active(c, bias)) &&
         !relu_done_by_pools(c, nd->out[0])) {
         /* fused ReLU: dy through RELU_BWD with y as its x (y > 0 exactly where the pre-activation is) */
@@ -372,22 +373,38 @@ static void rule_conv2d(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
         int want = 1;
         bwd_node(c, MR_OP_RELU_BWD, in, 3, &rp, &nd->out[0], &want, 1, &dy);
     }
+    conv_grads(c, nd, dy, 0);
+}
+
+/* The conv's data and filter gradients from dy of its output (after any ReLU), or (argmax != 0)
+ * from the pooled dy of a CONV2D_MAXPOOL and its argmax: p.conv.pool, core/ops.h. */
+static void conv_grads(grad_ctx *c, const mr_gnode *nd, mr_val dy, int32_t argmax) {
+    int32_t x = nd->in[0], w = nd->in[1], bias = nd->in[2];
+    int dt = nd->p.conv.bf16 ? (int)MR_F32 : -1;
+    mr_op_params p = nd->p;
+    p.conv.pool = argmax != 0;
     if (is_active(c, x)) {
-        mr_val in[2] = {V(w), dy}, dx;
+        mr_val in[3] = {V(w), dy, V(argmax)}, dx;
         int want = 1;
-        bwd_node_dt(c, MR_OP_CONV2D_BWD_DATA, in, 2, &nd->p, &x, &want, 1, &dx, dt);
+        bwd_node_dt(c, MR_OP_CONV2D_BWD_DATA, in, 3, &p, &x, &want, 1, &dx, dt);
         acc(c, x, dx);
     }
     if (is_active(c, w) || is_active(c, bias)) {
-        mr_val in[2] = {V(x), dy}, outs[2];
+        mr_val in[3] = {V(x), dy, V(argmax)}, outs[2];
         /* dbias is shaped like the bias; with no bias its slot is left out and `like` unused */
         int32_t like[2] = {w, bias ? bias : w};
         int want[2] = {1, is_active(c, bias)};
-        bwd_node_dt(c, MR_OP_CONV2D_BWD_FILTER, in, 2, &nd->p, like, want, 2, outs, dt);
+        bwd_node_dt(c, MR_OP_CONV2D_BWD_FILTER, in, 3, &p, like, want, 2, outs, dt);
         acc(c, w, outs[0]);
         acc(c, bias, outs[1]);
     }
 }
+
+/* CONV2D_MAXPOOL (autodiff/graph.c mr_graph_fuse_conv_pool): the conv's backward ops on the pooled
+ * dy and the argmax (output 1) with p.conv.pool, which scatter dy as MAXPOOL2D_BWD would as they read
+ * it (its full-size result is never stored), without RELU_BWD: with p.conv.relu the argmax is -1
+ * where the window's max is not > 0 (p.pool.relu's rule, relu_done_by_pools). */
+static void rule_conv2d_maxpool(grad_ctx *c, const mr_gnode *nd, mr_val dy) { conv_grads(c, nd, dy, nd->out[1]); }
 
 /* MAXPOOL2D: (argmax = forward output 1, dy) -> dx. */
 static void rule_maxpool(grad_ctx *c, const mr_gnode *nd, mr_val dy) {
@@ -557,6 +574,7 @@ static void backward_node(grad_ctx *c, int32_t ni) {
     case MR_OP_EMBEDDING: rule_embedding(c, &nd, dy); break;
     case MR_OP_CONV2D: rule_conv2d(c, &nd, dy); break;
     case MR_OP_MAXPOOL2D: rule_maxpool(c, &nd, dy); break;
+    case MR_OP_CONV2D_MAXPOOL: rule_conv2d_maxpool(c, &nd, dy); break;
     case MR_OP_AVGPOOL2D: rule_avgpool(c, &nd, dy); break;
     case MR_OP_DROPOUT: rule_dropout(c, &nd, dy); break;
     case MR_OP_PERMUTE: rule_permute(c, &nd, dy); break;

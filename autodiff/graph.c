@@ -233,6 +233,13 @@ static int ok_val(mr_graph *g, mr_val v, const char *op, const char *role) {
         mr_graph_fail(g, MR_ERR_INVALID, "graph: %s: %s is not a value of this graph", op, role);
         return 0;
     }
+    if (g->vals[v.id].kind == MR_VAL_FUSED) {
+        mr_graph_fail(g, MR_ERR_INVALID,
+                      "graph: %s: %s (value %d) is a conv output that mr_graph_fuse_conv_pool fused into its max "
+                      "pool; HINT: build every reader of it before fusing",
+                      op, role, (int)v.id);
+        return 0;
+    }
     return 1;
 }
 
@@ -474,7 +481,7 @@ mr_val mr_graph_conv2d(mr_graph *g, mr_val x, mr_val w, mr_val bias, int stride,
     /* a bf16 weight makes it mixed precision (CPU, core/ops.h MR_OP_CONV2D): x (f32 or bf16) is
      * rounded to bf16 in the kernel, sums and y are f32 */
     int mixed = g->vals[w.id].dtype == MR_BF16;
-    p.conv = (mr_conv_params){stride, stride, pad, pad, mixed, 0};
+    p.conv = (mr_conv_params){stride, stride, pad, pad, mixed, 0, 0};
     mr_val in[3] = {x, w, bias};
     mr_dtype dt = mixed ? MR_F32 : g->vals[x.id].dtype;
     return node1(g, MR_OP_CONV2D, in, 3, &p, dt, sy);
@@ -526,6 +533,60 @@ mr_val mr_graph_maxpool2d(mr_graph *g, mr_val x, int kernel, int stride, int pad
     mr_val out[2];
     mr_graph_node(g, MR_OP_MAXPOOL2D, &x, 1, &p, d, os, 2, out);
     return out[0];
+}
+
+/* Whether the MAXPOOL2D node j and the CONV2D producing its input fuse (mr_graph_fuse_conv_pool);
+ * *conv receives the conv's node index. */
+static int conv_pool_fusable(const mr_graph *g, int32_t j, const mr_val *keep, int n_keep, int32_t *conv) {
+    const mr_gnode *pn = &g->nodes[j];
+    const mr_pool_params *pp = &pn->p.pool;
+    if (pn->op != MR_OP_MAXPOOL2D || pp->kernel_h != 2 || pp->kernel_w != 2 || pp->stride_h != 2 ||
+        pp->stride_w != 2 || pp->pad_h != 0 || pp->pad_w != 0 || !pn->out[0] || !pn->out[1])
+        return 0;
+    int32_t y = pn->in[0];
+    const mr_gval *yv = &g->vals[y];
+    if (yv->kind != MR_VAL_NODE || yv->slot != 0) return 0;
+    const mr_gnode *cn = &g->nodes[yv->node];
+    /* p.conv.relu: a CPU graph (autodiff/nn.c mr_nn_relu); the pool's argmax carries its gradient */
+    if (cn->op != MR_OP_CONV2D || !cn->p.conv.relu || !pp->relu || yv->shape.dim[2] < 2 || yv->shape.dim[3] < 2)
+        return 0;
+    for (int k = 0; k < n_keep; k++)
+        if (keep[k].id == y) return 0;
+    for (int32_t v = 1; v < g->nvals; v++)
+        if (g->vals[v].kind == MR_VAL_VIEW && g->vals[v].base == y) return 0;
+    for (int32_t i = 0; i < g->nnodes; i++)
+        for (int k = 0; k < g->nodes[i].n_in; k++)
+            if (g->nodes[i].in[k] == y && i != j) return 0;
+    *conv = yv->node;
+    return 1;
+}
+
+int mr_graph_fuse_conv_pool(mr_graph *g, const mr_val *keep, int n_keep) {
+    if (!g || g->err != MR_OK) return -1;
+    int fused = 0;
+    for (int32_t j = 0; j < g->nnodes; j++) {
+        int32_t i;
+        if (!conv_pool_fusable(g, j, keep, n_keep, &i)) continue;
+        mr_gnode pool = g->nodes[j];
+        mr_gnode *cn = &g->nodes[i];
+        /* the conv's node (i < j: it ran before the pool) computes the pool's outputs */
+        g->vals[cn->out[0]].kind = MR_VAL_FUSED;
+        g->vals[cn->out[0]].node = -1;
+        cn->op = MR_OP_CONV2D_MAXPOOL;
+        cn->n_out = 2;
+        for (int k = 0; k < 2; k++) {
+            cn->out[k] = pool.out[k];
+            g->vals[pool.out[k]].node = i;
+            g->vals[pool.out[k]].slot = k;
+        }
+        memmove(&g->nodes[j], &g->nodes[j + 1], (size_t)(g->nnodes - j - 1) * sizeof *g->nodes);
+        g->nnodes--;
+        for (int32_t v = 1; v < g->nvals; v++)
+            if (g->vals[v].kind == MR_VAL_NODE && g->vals[v].node > j) g->vals[v].node--;
+        fused++;
+        j--;
+    }
+    return fused;
 }
 
 mr_val mr_graph_avgpool2d(mr_graph *g, mr_val x, int kernel, int stride, int pad) {

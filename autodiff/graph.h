@@ -43,7 +43,8 @@ typedef enum mr_val_kind {
     MR_VAL_PARAM = 1, /* trainable: bound storage; mr_graph_grad differentiates with respect to it */
     MR_VAL_CONST = 2, /* data owned by the graph, copied in at build time */
     MR_VAL_NODE = 3,  /* an output of a node */
-    MR_VAL_VIEW = 4   /* a reshape or slice of another value: its bytes */
+    MR_VAL_VIEW = 4,  /* a reshape or slice of another value: its bytes */
+    MR_VAL_FUSED = 5  /* an intermediate a fusion removed (mr_graph_fuse_conv_pool): a shape, no bytes */
 } mr_val_kind;
 
 mr_status mr_graph_new(mr_graph **out) MR_WUR;
@@ -141,6 +142,16 @@ mr_val mr_graph_conv2d(mr_graph *g, mr_val x, mr_val w, mr_val bias, int stride,
  * node is the graph's last, so nothing has read x yet; else an MR_OP_RELU node. Same bits. */
 mr_val mr_graph_relu_after_conv(mr_graph *g, mr_val x);
 mr_val mr_graph_maxpool2d(mr_graph *g, mr_val x, int kernel, int stride, int pad);
+/* Fuses each CONV2D with a fused ReLU (p.conv.relu, so a CPU graph) whose output only a 2x2,
+ * stride-2, unpadded MAXPOOL2D reads into one CONV2D_MAXPOOL node (core/ops.h; the conv output is
+ * then never stored). Skipped where the conv output is read by anything else, viewed, or is one
+ * of keep[0..n_keep) (the values the caller will plan to keep). The pool's outputs keep their
+ * values; the conv's output becomes MR_VAL_FUSED (no bytes: reading it later is a build error,
+ * keeping it a plan error); the pool's node is removed, so node counts taken before change. Call
+ * it after building the forward, before mr_graph_grad (which differentiates the fused node with the
+ * conv's backward ops reading the pooled gradient and the argmax, p.conv.pool: the unfused
+ * graph's gradients bit for bit). Returns the number of fusions, or -1 on a graph error. */
+int mr_graph_fuse_conv_pool(mr_graph *g, const mr_val *keep, int n_keep);
 /* torch.nn.AvgPool2d(kernel, stride, pad) (count_include_pad=True, ceil_mode=False): padding
  * counts as zeros in every window's mean over kernel*kernel. */
 mr_val mr_graph_avgpool2d(mr_graph *g, mr_val x, int kernel, int stride, int pad);

@@ -192,6 +192,7 @@ mr_status mr_plan_new_on(const mr_graph *g, mr_device dev, mr_stream *stream, co
         x->def = gv->kind == MR_VAL_NODE ? gv->node : -1;
         x->last = gv->kind == MR_VAL_CONST ? end : x->def;
         x->src = (gv->kind == MR_VAL_INPUT || gv->kind == MR_VAL_PARAM) ? SRC_EXTERNAL : SRC_ARENA;
+        x->placed = gv->kind == MR_VAL_FUSED; /* no node writes or reads it: no bytes */
     }
     for (int32_t v = 1; v < g->nvals; v++) p->vi[v].src = p->vi[p->vi[v].root].src;
     for (int32_t n = 0; n < g->nnodes; n++)
@@ -201,6 +202,9 @@ mr_status mr_plan_new_on(const mr_graph *g, mr_device dev, mr_stream *stream, co
         }
     for (int k = 0; k < n_keep; k++) {
         MR_CHECK(mr_graph_valid(g, keep[k]), MR_ERR_INVALID, "plan: keep[%d] is not a value of this graph", k);
+        MR_CHECK(g->vals[p->vi[keep[k].id].root].kind != MR_VAL_FUSED, MR_ERR_INVALID,
+                 "plan: keep[%d] (value %d) is a conv output fused into its max pool (mr_graph_fuse_conv_pool); "
+                 "HINT: pass it to the fusion's keep list", k, (int)keep[k].id);
         p->vi[p->vi[keep[k].id].root].last = end;
     }
 

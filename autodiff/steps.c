@@ -209,6 +209,15 @@ static mr_status compile(mr_steps *s, int64_t batch, int train, mr_step **out) {
     MR_CHECK(pv && gv && keep, MR_ERR_NOMEM, "steps: out of memory");
     for (int32_t i = 0; i < np; i++) pv[i] = mr_graph_param_at(step->g, i);
     int nkeep = 0;
+    if (s->kind == MR_DEVICE_CPU) {
+        /* a conv with a fused ReLU pooled 2x2 right after: one CONV2D_MAXPOOL node (core/ops.h), its
+         * full output never stored; what this step keeps or binds stays unfused */
+        keep[nkeep++] = step->io.loss;
+        keep[nkeep++] = step->io.out;
+        for (int u = 0; u < nn.n_updates; u++) keep[nkeep++] = nn.upd_val[u];
+        if (mr_graph_fuse_conv_pool(step->g, keep, nkeep) < 0) MR_TRY(mr_graph_status(step->g));
+        nkeep = 0;
+    }
     step->n_forward = mr_graph_num_nodes(step->g); /* nodes are planned in creation order */
     keep[nkeep++] = step->io.loss;
     keep[nkeep++] = step->io.out;

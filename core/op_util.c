@@ -26,7 +26,10 @@ static int is_int_slot(mr_op_id op, int is_out, int i) {
     case MR_OP_EMBEDDING: return !is_out && i == 1;
     case MR_OP_EMBEDDING_BWD:
     case MR_OP_MAXPOOL2D_BWD: return !is_out && i == 0;
-    case MR_OP_MAXPOOL2D: return is_out && i == 1;
+    case MR_OP_CONV2D_BWD_DATA:
+    case MR_OP_CONV2D_BWD_FILTER: return !is_out && i == 2;
+    case MR_OP_MAXPOOL2D:
+    case MR_OP_CONV2D_MAXPOOL: return is_out && i == 1;
     default: return 0;
     }
 }

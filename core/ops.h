@@ -108,10 +108,25 @@ typedef enum mr_op_id {
      * p.conv.relu (CPU only): y = max(x*w + bias, 0), NaN and -0 giving 0 as MR_OP_RELU; the
      * gradient is RELU_BWD with y in place of the pre-activation (y > 0 exactly where it is). */
     MR_OP_CONV2D,
-    /* in: w, dy; out: dx (N,C,H,W) (shape taken from out[0].shape). */
+    /* in: w, dy, argmax (optional); out: dx (N,C,H,W) (shape taken from out[0].shape). */
     MR_OP_CONV2D_BWD_DATA,
-    /* in: x, dy; out: dw (O,C,KH,KW), dbias (O) optional. */
+    /* in: x, dy, argmax (optional); out: dw (O,C,KH,KW), dbias (O) optional.
+     * Both backward ops with p.conv.pool (CPU only): dy is the gradient of a CONV2D_MAXPOOL's
+     * pooled y, (N,O,OH/2,OW/2), and argmax its output 1; the kernels scatter dy at the argmax
+     * into the conv output's gradient as they read it (MAXPOOL2D_BWD's values, dy's bits copied,
+     * 0 elsewhere), so that full-size gradient is never stored. Without p.conv.pool argmax is
+     * absent. */
     MR_OP_CONV2D_BWD_FILTER,
+    /* A CONV2D followed by a 2x2/stride-2 MAXPOOL2D without padding, as one op (CPU only: the
+     * conv's output is pooled while it is in cache and never stored). in: x, w, bias (as
+     * CONV2D); out: y (N,O,OH/2,OW/2) (OH, OW the conv's), argmax (N,O,OH/2,OW/2) i32, the flat
+     * index into the conv output's OH*OW plane. Same p.conv as CONV2D (bf16, relu); with
+     * p.conv.relu the argmax follows MAXPOOL2D's p.pool.relu (-1 where the window's max is not
+     * > 0). y and argmax equal CONV2D then MAXPOOL2D {2,2,2,2,0,0,relu} bit for bit; the
+     * gradient is the conv's backward ops with p.conv.pool on the pooled dy and the argmax (they
+     * scatter it as MAXPOOL2D_BWD would, autodiff/grad.c); the graph makes the op from such a
+     * pair (mr_graph_fuse_conv_pool). */
+    MR_OP_CONV2D_MAXPOOL,
     /* Max pooling, NCHW; padding counts as -inf. in: x; out: y (N,C,OH,OW), argmax (N,C,OH,OW)
      * i32 (flat index into the H*W plane, -1 when a window saw only padding).
      * p.pool.relu (CPU only): argmax is also -1 where the window's max is not > 0 (0, NaN), so
@@ -208,6 +223,7 @@ typedef struct mr_conv_params {
     int stride_h, stride_w, pad_h, pad_w;
     int bf16; /* mixed precision (CPU): tensor inputs rounded to bf16, f32 accumulation (see MR_OP_CONV2D) */
     int relu; /* CONV2D on the CPU: y = max(conv + bias, 0) (a fused ReLU; the backward ops ignore it) */
+    int pool; /* CONV2D_BWD_* on the CPU: dy pooled 2x2, scattered at in[2] (argmax) as read (see them) */
 } mr_conv_params;
 
 typedef struct mr_pool_params {

@@ -36,6 +36,7 @@ MR_DECLARE_KERNELS(embedding_bwd)
 MR_DECLARE_KERNELS(conv2d_fwd)         /* conv_{ref,cpu}.c */
 MR_DECLARE_KERNELS(conv2d_bwd_data)
 MR_DECLARE_KERNELS(conv2d_bwd_filter)
+MR_DECLARE_KERNELS(conv2d_maxpool_fwd) /* conv_{ref,cpu}.c (CPU only) */
 MR_DECLARE_KERNELS(maxpool2d_fwd)      /* pool_{ref,cpu}.c */
 MR_DECLARE_KERNELS(maxpool2d_bwd)
 MR_DECLARE_KERNELS(avgpool2d_fwd)      /* pool_{ref,cpu}.c */
@@ -66,6 +67,7 @@ size_t mr_gemm_fwd_workspace(const mr_op_args *a); /* f16 inputs widened on the 
 size_t mr_conv2d_fwd_workspace(const mr_op_args *a);
 size_t mr_conv2d_bwd_data_workspace(const mr_op_args *a);
 size_t mr_conv2d_bwd_filter_workspace(const mr_op_args *a);
+size_t mr_conv2d_maxpool_fwd_workspace(const mr_op_args *a);
 /* Scratch bytes for EMBEDDING_BWD in f32: the CUDA kernel's per-row buckets of token positions
  * (i32 row starts, fill cursors and positions); 0 for f64; the CPU kernel leaves it unused. */
 size_t mr_embedding_bwd_workspace(const mr_op_args *a);

@@ -31,7 +31,11 @@
  * them, f32 widening elsewhere); dcol, yb and the partials stay f32. An f32 x or dy is rounded to
  * bf16 (nearest even, mr_f32_to_bf16's bits) by im2col and by the dy copy, which run anyway: the
  * graph needs no cast pass over the activations (on the CNN those casts cost more than the bf16
- * GEMMs saved). The direct forward rounds or widens x as it loads it (products exact, sums f32). */
+ * GEMMs saved). The direct forward rounds or widens x as it loads it (products exact, sums f32).
+ * The 2x2 max pool (issue 19): CONV2D_MAXPOOL (end of file) pools the forward's output from a
+ * per-thread stage; the backward ops with p.conv.pool scatter the pooled dy at the argmax where
+ * they copy dy anyway (batch_copy, and a scratch for filter_direct), so neither the conv output
+ * nor its full-size gradient is stored. Same bits as the unfused ops (core/ops.h). */
 #include "core/cpu/cpu_impl.h"
 #include "core/math/half_math.h"
 #include "core/ops_impl.h"
@@ -62,6 +66,9 @@ typedef struct conv_dims {
     int64_t xes;  /* bytes per element of x (im2col's and the direct forward's source) */
     int64_t dyes; /* bytes per element of dy (the backward ops' in[1]) */
     int relu;     /* the forward's p.conv.relu: y = max(conv + bias, 0) */
+    int pool;     /* the backward's p.conv.pool: dy (N,O,OH/2,OW/2) scattered at in[2]'s argmax as read */
+    int filter;   /* CONV2D_BWD_FILTER */
+    int64_t dyhw; /* elements of one (image, channel) plane of dy: OHW, or (OH/2)*(OW/2) pooled */
 } conv_dims;
 
 /* Geometry from x (N,C,H,W) and w (O,C,KH,KW); 0 when the views cannot describe a convolution
@@ -73,17 +80,21 @@ static int conv_dims_get(const mr_op_args *a, const mr_view *x, const mr_view *w
         return 0;
     const int64_t *xd = x->shape.dim, *wd = w->shape.dim;
     *g = (conv_dims){xd[0], xd[1], xd[2], xd[3], wd[0], wd[2], wd[3], 0, 0, 0, 0,
-                     p->stride_h, p->stride_w, p->pad_h, p->pad_w, 0, 0, 4, 4, 4, 0};
+                     p->stride_h, p->stride_w, p->pad_h, p->pad_w, 0, 0, 4, 4, 4, 0, 0, 0, 0};
     g->bf16 = p->bf16 != 0;
     g->es = g->bf16 ? 2 : 4;
     g->xes = x->dtype == MR_BF16 ? 2 : 4;
-    g->dyes = a->op != MR_OP_CONV2D && a->in[1].dtype == MR_BF16 ? 2 : 4;
-    g->relu = a->op == MR_OP_CONV2D && p->relu;
+    int fwd = a->op == MR_OP_CONV2D || a->op == MR_OP_CONV2D_MAXPOOL;
+    g->dyes = !fwd && a->in[1].dtype == MR_BF16 ? 2 : 4;
+    g->relu = fwd && p->relu;
+    g->pool = !fwd && p->pool;
+    g->filter = a->op == MR_OP_CONV2D_BWD_FILTER;
     if (g->kh < 1 || g->kw < 1 || g->h + 2 * g->ph < g->kh || g->w + 2 * g->pw < g->kw) return 0;
     g->oh = (g->h + 2 * g->ph - g->kh) / g->sh + 1;
     g->ow = (g->w + 2 * g->pw - g->kw) / g->sw + 1;
     g->ckk = g->c * g->kh * g->kw;
     g->ohw = g->oh * g->ow;
+    g->dyhw = g->pool ? (g->oh / 2) * (g->ow / 2) : g->ohw;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     const mr_cpu_caps *caps = mr_cpu_caps_get();
     g->avx512 = g->sw == 1 && caps->avx512f && caps->avx512bw && caps->avx512vl;
@@ -105,10 +116,10 @@ static int64_t conv_batch(const conv_dims *g) {
 
 /* Floats of one thread's slot: col (CKK, B*OHW) and yb or dyb (O, B*OHW); a batch of one image
  * needs no yb or dyb (the GEMM reads dy and writes y in place) unless dy is rounded to bf16 into
- * dyb (mixed precision; bf16 col and dyb fill half their share). */
+ * dyb (mixed precision; bf16 col and dyb fill half their share) or scattered there (p.conv.pool). */
 static size_t conv_slot_floats(const conv_dims *g) {
     int64_t b = conv_batch(g);
-    return (size_t)(b * g->ohw * (g->ckk + (b > 1 || g->bf16 ? g->o : 0)));
+    return (size_t)(b * g->ohw * (g->ckk + (b > 1 || g->bf16 || g->pool ? g->o : 0)));
 }
 
 /* Few taps: the forward (fwd_direct_rows, without workspace) and the filter gradient
@@ -132,17 +143,28 @@ size_t mr_conv2d_bwd_data_workspace(const mr_op_args *a) {
 
 static int64_t conv_filter_groups(const conv_dims *g) { return g->n < CONV_FILTER_GROUPS ? g->n : CONV_FILTER_GROUPS; }
 
+/* The direct filter gradient of pooled dy (p.conv.pool) reads dy scattered to full size: room for
+ * the largest filter group's images (in dy's dtype, counted in floats) after the slot. */
+static int64_t conv_pool_dy_floats(const conv_dims *g) {
+    if (!g->pool || !g->filter || !conv_fwd_direct(g) || g->n < 1) return 0;
+    int64_t groups = conv_filter_groups(g);
+    return (g->n + groups - 1) / groups * g->o * g->ohw;
+}
+
+/* One thread's floats: the slot and, for that gradient, the scattered dy. */
+static size_t conv_slot_total(const conv_dims *g) { return conv_slot_floats(g) + (size_t)conv_pool_dy_floats(g); }
+
 size_t mr_conv2d_bwd_filter_workspace(const mr_op_args *a) {
     conv_dims g;
     if (mr_op_is_f64(a) || !conv_dims_get(a, &a->in[0], &a->out[0], &g)) return 0;
-    return ((size_t)(conv_filter_groups(&g) * g.o * (g.ckk + 1)) + conv_threads() * conv_slot_floats(&g)) *
+    return ((size_t)(conv_filter_groups(&g) * g.o * (g.ckk + 1)) + conv_threads() * conv_slot_total(&g)) *
            sizeof(float);
 }
 
 /* Slots that fit in the workspace after `fixed` floats, at most the thread count; 0 if not even
  * one fits. */
 static int conv_slots(const mr_op_args *a, const conv_dims *g, size_t fixed) {
-    size_t per = conv_slot_floats(g), have = a->workspace ? a->workspace_bytes / sizeof(float) : 0;
+    size_t per = conv_slot_total(g), have = a->workspace ? a->workspace_bytes / sizeof(float) : 0;
     if (per == 0) return (int)conv_threads();
     if (have < fixed + per) return 0;
     size_t s = (have - fixed) / per, t = conv_threads();
@@ -355,7 +377,7 @@ CONV_AVX512 static inline __m512 load_mode(__mmask16 m, const void *p, int64_t i
  * the masks), then each accumulator's lanes are added in _mm512_reduce_add_ps's fixed order: the
  * sums depend on the range alone, never on threads. The im2col GEMM with M = CKK = 9 (the CNN's
  * first layer) spent its time writing col and copying dy, and in bf16 on 9-row tiles. */
-/* x points at image n0 (elements of xes bytes); dy at image 0. */
+/* x and dy point at image n0 (elements of xes and dy's bytes). */
 CONV_AVX512 static inline void filter_direct(const conv_dims *g, const conv_taps *tp, const void *x, int64_t xes,
                                              const void *dy, int64_t n0, int64_t n1, float *part, float *pbias,
                                              const int64_t T, const int xmode, const int dymode) {
@@ -366,7 +388,7 @@ CONV_AVX512 static inline void filter_direct(const conv_dims *g, const conv_taps
         for (int64_t t = 0; t < T; t++) a0[t] = a1[t] = _mm512_setzero_ps();
         for (int64_t n = n0; n < n1; n++) {
             const char *xn = (const char *)x + (n - n0) * chw * xes;
-            const int64_t d0i = (n * O + o0) * ohw;
+            const int64_t d0i = ((n - n0) * O + o0) * ohw;
             for (int64_t k = 0; k < ow_n; k += 16) {
                 __mmask16 m[CONV_DIRECT_TAPS], sm = lane_mask(0, ow_n - k);
                 for (int64_t t = 0; t < T; t++) m[t] = lane_mask(tp->lo[t] - k, tp->hi[t] - k);
@@ -397,7 +419,7 @@ CONV_AVX512 static inline void filter_direct(const conv_dims *g, const conv_taps
     }
 }
 
-/* filter_direct for images [n0, n1) of x (N,C,H,W) and dy. An f32 x of mixed precision is
+/* filter_direct for images [n0, n1) of x (N,C,H,W) and dy (at image n0). An f32 x of mixed precision is
  * rounded to bf16 once into the thread's scratch (`scratch_floats` floats; each x vector is
  * otherwise rounded again for every pair of output channels, which made the bf16 gradient twice
  * as slow as the f32 one) when it fits, else as loaded. */
@@ -585,17 +607,66 @@ CONV_AVX512 static void row_round_avx512(uint16_t *restrict d, const float *rest
 }
 #endif
 
+/* d[0, ohw) (des bytes an element) := 0, then d[am[i]] := s[i] for the phw pooled elements with
+ * am[i] >= 0 (ses bytes: copied, or f32 rounded to bf16): MAXPOOL2D_BWD's 2x2 plane (each position
+ * in one window; dy's bits copied, as its AVX-512 path does). 0 when some am[i] is outside [-1, ohw). */
+static int pool_scatter_any(void *restrict d, int64_t des, const void *restrict s, int64_t ses,
+                            const int32_t *restrict am, int64_t phw, int64_t ohw) {
+    memset(d, 0, (size_t)(ohw * des));
+    int ok = 1;
+    for (int64_t i = 0; i < phw; i++) {
+        int32_t k = am[i];
+        if (k < 0 || k >= ohw) {
+            ok &= k == -1;
+            continue;
+        }
+        if (des == ses)
+            memcpy((char *)d + k * des, (const char *)s + i * ses, (size_t)des);
+        else
+            ((uint16_t *)d)[k] = mr_f32_to_bf16(((const float *)s)[i]);
+    }
+    return ok;
+}
+
+/* Stage of an f32 plane scattered before rounding to bf16 (floats). */
+#define CONV_SCATTER_STAGE 4096
+
+/* pool_scatter_any for one (image, channel) plane of g's conv output, with MAXPOOL2D_BWD's AVX-512
+ * plane kernel where the plane is even-sized and dy f32 (scattered straight into an f32 d, or into
+ * a stage then rounded to a bf16 d): the scalar scatter measured slower than the pass it saved. */
+static int pool_scatter(const conv_dims *g, void *restrict d, int64_t des, const void *restrict s, int64_t ses,
+                        const int32_t *restrict am) {
+#ifdef CONV_AVX512
+    if (ses == 4 && g->oh % 2 == 0 && g->ow % 2 == 0) {
+        if (des == 4 && mr_cpu_maxpool22_bwd_plane(am, s, d, g->oh / 2, g->ow / 2)) return 1;
+        float stage[CONV_SCATTER_STAGE];
+        if (des == 2 && g->avx512 && g->ohw <= CONV_SCATTER_STAGE &&
+            mr_cpu_maxpool22_bwd_plane(am, s, stage, g->oh / 2, g->ow / 2)) {
+            row_round_avx512(d, stage, g->ohw);
+            return 1;
+        }
+    }
+#endif
+    return pool_scatter_any(d, des, s, ses, am, g->dyhw, g->ohw);
+}
+
 /* dst (nb,O,OHW) := src (O, nb*OHW) image by image, plus bias (O) if not NULL (f32: the GEMM's
  * output); or the reverse (to_batch: dy src (nb,O,OHW), g->dyes bytes an element, into dyb dst
- * (O, nb*OHW), g->es bytes an element: an f32 dy is rounded to a bf16 dyb in mixed precision). */
-static void batch_copy(const conv_dims *g, int64_t nb, const void *src, void *dst, const float *bias, int to_batch,
-                       int par) {
+ * (O, nb*OHW), g->es bytes an element: an f32 dy is rounded to a bf16 dyb in mixed precision; with
+ * p.conv.pool src is pooled (nb,O,dyhw) and scattered at am (nb,O,dyhw)). Returns 0 on a bad argmax. */
+static int batch_copy(const conv_dims *g, int64_t nb, const void *src, void *dst, const float *bias, int to_batch,
+                      const int32_t *am, int par) {
     int64_t ld = nb * g->ohw, units = nb * g->o, ses = to_batch ? g->dyes : 4, des = to_batch ? g->es : 4;
-#pragma omp parallel for schedule(static) if (par && units * g->ohw > CONV_PAR_MIN / 4)
+    int ok = 1;
+#pragma omp parallel for schedule(static) reduction(&& : ok) if (par && units * g->ohw > CONV_PAR_MIN / 4)
     for (int64_t u = 0; u < units; u++) {
         int64_t b = u / g->o, o = u % g->o;
-        const char *s = (const char *)src + (to_batch ? u * g->ohw : o * ld + b * g->ohw) * ses;
+        const char *s = (const char *)src + (to_batch ? u * g->dyhw : o * ld + b * g->ohw) * ses;
         char *d = (char *)dst + (to_batch ? o * ld + b * g->ohw : u * g->ohw) * des;
+        if (to_batch && g->pool) {
+            ok = pool_scatter(g, d, des, s, ses, am + u * g->dyhw) && ok;
+            continue;
+        }
         if (des == 4) {
             row_copy(g, (float *)d, (const float *)s, g->ohw, bias ? bias + o : NULL, !to_batch && g->relu);
             continue;
@@ -608,6 +679,7 @@ static void batch_copy(const conv_dims *g, int64_t nb, const void *src, void *ds
 #endif
         copy_elems(d, des, s, ses, g->ohw);
     }
+    return ok;
 }
 
 /* One GEMM in the conv's input type: f32, or bf16 operands with f32 C (mr_cpu_gemm_bf16:
@@ -626,6 +698,11 @@ static int conv_gemm(const conv_dims *g, int ta, int tb, int64_t m, int64_t n, i
 static mr_status conv_gemm_failed(const mr_op_args *a) {
     return mr_set_error(MR_ERR_NOMEM, "%s: out of memory for bf16 GEMM packing buffers",
                         mr_op_get(a->op) ? mr_op_get(a->op)->name : "conv2d");
+}
+
+/* pool_scatter's refusal (p.conv.pool), on the calling thread. */
+static mr_status conv_bad_argmax(const mr_op_args *a) {
+    return mr_op_error(a, "in[2] (argmax) holds an index outside [-1, OH*OW) of the conv output's plane");
 }
 
 static mr_status conv_f32_only(const mr_op_args *a, mr_dtype dt) {
@@ -669,7 +746,7 @@ static int conv_fwd_batch(const conv_dims *g, const void *x, const void *w, cons
         return 0;
     }
     if (conv_gemm(g, 0, 0, g->o, cols, g->ckk, w, g->ckk, col, cols, 0.0f, yb, cols)) return 1;
-    batch_copy(g, nb, yb, y, bias, 0, par);
+    (void)batch_copy(g, nb, yb, y, bias, 0, NULL, par);
     return 0;
 }
 
@@ -739,13 +816,15 @@ mr_status mr_conv2d_fwd_cpu(const mr_op_args *a) {
     return failed ? conv_gemm_failed(a) : MR_OK;
 }
 
-/* dx (nb,C,H,W) from dy (nb,O,OHW), with slot dcol (CKK, nb*OHW) f32 and dyb (O, nb*OHW) (of dy's
- * type). Returns conv_gemm's status. */
-static int conv_bwd_data_batch(const conv_dims *g, const void *w, const void *dy, float *dx, int64_t nb, float *dcol,
-                               void *dyb, int par) {
+/* dx (nb,C,H,W) from dy (nb,O,OHW), or pooled dy and am (nb,O,dyhw) (p.conv.pool), with slot dcol
+ * (CKK, nb*OHW) f32 and dyb (O, nb*OHW) (of dy's type). Returns conv_gemm's status, or 2 on a bad
+ * argmax. */
+static int conv_bwd_data_batch(const conv_dims *g, const void *w, const void *dy, const int32_t *am, float *dx,
+                               int64_t nb, float *dcol, void *dyb, int par) {
     int64_t cols = nb * g->ohw, units = nb * g->c;
-    int copy = nb > 1 || g->dyes != g->es; /* one image's dy is the GEMM's operand unless rounded */
-    if (copy) batch_copy(g, nb, dy, dyb, NULL, 1, par);
+    /* one image's dy is the GEMM's operand unless rounded or scattered */
+    int copy = nb > 1 || g->dyes != g->es || g->pool;
+    if (copy && !batch_copy(g, nb, dy, dyb, NULL, 1, am, par)) return 2;
     if (conv_gemm(g, 1, 0, g->ckk, cols, g->o, w, g->ckk, copy ? dyb : dy, cols, 0.0f, dcol, cols)) return 1;
 #pragma omp parallel for schedule(static) if (par && units > 1)
     for (int64_t u = 0; u < units; u++) {
@@ -766,16 +845,17 @@ mr_status mr_conv2d_bwd_data_cpu(const mr_op_args *a) {
      * (w, dy, dyb bf16 in mixed precision) */
     const void *w = a->in[0].data;
     const char *dy = a->in[1].data;
+    const int32_t *am = g.pool ? a->in[2].data : NULL; /* p.conv.pool: dy and am (N,O,OH/2,OW/2) */
     float *dx = a->out[0].data, *ws = a->workspace;
-    int64_t slot = (int64_t)conv_slot_floats(&g), bsz, batches, es = g.dyes;
+    int64_t slot = (int64_t)conv_slot_total(&g), bsz, batches, es = g.dyes;
     int nt;
     conv_share(&g, slots, &bsz, &batches, &nt);
     if (nt < 2) {
         for (int64_t n0 = 0; n0 < g.n; n0 += bsz) {
             int64_t nb = g.n - n0 < bsz ? g.n - n0 : bsz;
-            if (conv_bwd_data_batch(&g, w, dy + n0 * g.o * g.ohw * es, dx + n0 * g.c * g.h * g.w, nb, ws,
-                                    ws + nb * g.ohw * g.ckk, 1))
-                return conv_gemm_failed(a);
+            int r = conv_bwd_data_batch(&g, w, dy + n0 * g.o * g.dyhw * es, am ? am + n0 * g.o * g.dyhw : NULL,
+                                        dx + n0 * g.c * g.h * g.w, nb, ws, ws + nb * g.ohw * g.ckk, 1);
+            if (r) return r == 2 ? conv_bad_argmax(a) : conv_gemm_failed(a);
         }
         return MR_OK;
     }
@@ -784,13 +864,14 @@ mr_status mr_conv2d_bwd_data_cpu(const mr_op_args *a) {
     for (int64_t bi = 0; bi < batches; bi++) {
         float *dcol = ws + (int64_t)omp_get_thread_num() * slot;
         int64_t n0 = bi * bsz, nb = g.n - n0 < bsz ? g.n - n0 : bsz;
-        if (conv_bwd_data_batch(&g, w, dy + n0 * g.o * g.ohw * es, dx + n0 * g.c * g.h * g.w, nb, dcol,
-                                dcol + nb * g.ohw * g.ckk, 0)) {
+        int r = conv_bwd_data_batch(&g, w, dy + n0 * g.o * g.dyhw * es, am ? am + n0 * g.o * g.dyhw : NULL,
+                                    dx + n0 * g.c * g.h * g.w, nb, dcol, dcol + nb * g.ohw * g.ckk, 0);
+        if (r) {
 #pragma omp atomic write
-            failed = 1;
+            failed = r;
         }
     }
-    return failed ? conv_gemm_failed(a) : MR_OK;
+    return failed == 2 ? conv_bad_argmax(a) : failed ? conv_gemm_failed(a) : MR_OK;
 }
 
 /* part (CKK, O) := dw^T over images [n0, n1): col * dyb^T summed batch by batch (batches of
@@ -816,22 +897,35 @@ static float dy_sum(const void *d, int64_t n, int bf) {
 /* Returns conv_gemm's status. In mixed precision col and dyb are bf16 (x and dy rounded into
  * them when f32) and the bias sums read the rounded dy: dyb's row o, the batch's images in one
  * sum (part and pbias stay f32). */
-static int conv_bwd_filter_range(const conv_dims *g, const void *x, const void *dy, int64_t n0, int64_t n1,
-                                 float *part, float *pbias, float *col, int par) {
+static int conv_bwd_filter_range(const conv_dims *g, const void *x, const void *dy, const int32_t *am, int64_t n0,
+                                 int64_t n1, float *part, float *pbias, float *col, int par) {
+    int64_t dyes = g->dyes;
 #ifdef CONV_AVX512
     if (conv_fwd_direct(g)) {
-        filter_direct_any(g, x, dy, n0, n1, part, pbias, col, (int64_t)conv_slot_floats(g));
+        const char *dyn = (const char *)dy + n0 * g->o * g->dyhw * dyes;
+        if (g->pool) {
+            /* pooled dy scattered to full size after the slot (conv_pool_dy_floats), in dy's dtype */
+            char *full = (char *)(col + conv_slot_floats(g));
+            int ok = 1;
+            for (int64_t u = 0; u < (n1 - n0) * g->o; u++)
+                ok = pool_scatter(g, full + u * g->ohw * dyes, dyes, dyn + u * g->dyhw * dyes, dyes,
+                                  am + (n0 * g->o + u) * g->dyhw) && ok;
+            if (!ok) return 2;
+            dyn = full;
+        }
+        filter_direct_any(g, x, dyn, n0, n1, part, pbias, col, (int64_t)conv_slot_floats(g));
         return 0;
     }
 #endif
-    int64_t bsz = conv_batch(g), xes = g->xes, dyes = g->dyes;
+    int64_t bsz = conv_batch(g), xes = g->xes;
     for (int64_t b0 = n0; b0 < n1; b0 += bsz) {
         int64_t nb = n1 - b0 < bsz ? n1 - b0 : bsz, cols = nb * g->ohw;
         float *dyb = col + cols * g->ckk;
-        const char *dyn = (const char *)dy + b0 * g->o * g->ohw * dyes;
-        int copy = nb > 1 || dyes != g->es; /* one image's dy is the GEMM's operand unless rounded */
+        const char *dyn = (const char *)dy + b0 * g->o * g->dyhw * dyes;
+        /* one image's dy is the GEMM's operand unless rounded or scattered */
+        int copy = nb > 1 || dyes != g->es || g->pool;
         im2col_batch(g, (const char *)x + b0 * g->c * g->h * g->w * xes, nb, col, par);
-        if (copy) batch_copy(g, nb, dyn, dyb, NULL, 1, par);
+        if (copy && !batch_copy(g, nb, dyn, dyb, NULL, 1, am ? am + b0 * g->o * g->dyhw : NULL, par)) return 2;
         if (conv_gemm(g, 0, 1, g->ckk, g->o, cols, col, cols, copy ? (const void *)dyb : dyn, cols,
                       b0 == n0 ? 0.0f : 1.0f, part, g->o))
             return 1;
@@ -842,6 +936,8 @@ static int conv_bwd_filter_range(const conv_dims *g, const void *x, const void *
             float s = b0 == n0 ? 0.0f : pbias[o];
             if (from_dyb)
                 s += dy_sum((const uint16_t *)dyb + o * cols, cols, 1);
+            else if (g->pool) /* f32: image by image as from dy, from the scattered rows of dyb */
+                for (int64_t b = 0; b < nb; b++) s += dy_sum(dyb + o * cols + b * g->ohw, g->ohw, 0);
             else
                 for (int64_t b = 0; b < nb; b++) s += dy_sum(dyn + (b * g->o + o) * g->ohw * dyes, g->ohw, dyes == 2);
             pbias[o] = s;
@@ -861,9 +957,10 @@ mr_status mr_conv2d_bwd_filter_cpu(const mr_op_args *a) {
     /* x (N,C,H,W); dy (N,O,OHW); dw (O,CKK); dbias (O) or NULL;
      * workspace: parts (groups, [dw^T (CKK,O), dbias (O)]) then slots x [col (CKK,B*OHW), dyb (O,B*OHW)] */
     const void *x = a->in[0].data, *dy = a->in[1].data; /* f32 or bf16 in mixed precision */
+    const int32_t *am = g.pool ? a->in[2].data : NULL;  /* p.conv.pool: dy and am (N,O,OH/2,OW/2) */
     float *dw = a->out[0].data, *dbias = a->out[1].data;
     float *parts = a->workspace, *slots0 = parts + groups * psz;
-    int64_t slot = (int64_t)conv_slot_floats(&g), work = g.o * g.ckk * g.ohw;
+    int64_t slot = (int64_t)conv_slot_total(&g), work = g.o * g.ckk * g.ohw;
     if (groups == 0) {
         memset(dw, 0, (size_t)wsz * sizeof(float));
         if (dbias) memset(dbias, 0, (size_t)g.o * sizeof(float));
@@ -874,22 +971,23 @@ mr_status mr_conv2d_bwd_filter_cpu(const mr_op_args *a) {
         /* the groups one by one with threaded GEMMs (the same sums as below) */
         for (int64_t gi = 0; gi < groups; gi++) {
             float *part = parts + gi * psz;
-            if (conv_bwd_filter_range(&g, x, dy, gi * g.n / groups, (gi + 1) * g.n / groups, part,
-                                      dbias ? part + wsz : NULL, slots0, 1))
-                return conv_gemm_failed(a);
+            int r = conv_bwd_filter_range(&g, x, dy, am, gi * g.n / groups, (gi + 1) * g.n / groups, part,
+                                          dbias ? part + wsz : NULL, slots0, 1);
+            if (r) return r == 2 ? conv_bad_argmax(a) : conv_gemm_failed(a);
         }
     } else {
         int failed = 0;
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t gi = 0; gi < groups; gi++) {
             float *part = parts + gi * psz;
-            if (conv_bwd_filter_range(&g, x, dy, gi * g.n / groups, (gi + 1) * g.n / groups, part,
-                                      dbias ? part + wsz : NULL, slots0 + (int64_t)omp_get_thread_num() * slot, 0)) {
+            int r = conv_bwd_filter_range(&g, x, dy, am, gi * g.n / groups, (gi + 1) * g.n / groups, part,
+                                          dbias ? part + wsz : NULL, slots0 + (int64_t)omp_get_thread_num() * slot, 0);
+            if (r) {
 #pragma omp atomic write
-                failed = 1;
+                failed = r;
             }
         }
-        if (failed) return conv_gemm_failed(a);
+        if (failed) return failed == 2 ? conv_bad_argmax(a) : conv_gemm_failed(a);
     }
     /* dw (O, CKK) := the sum of the parts (CKK, O) in group order, transposed; dbias likewise */
 #pragma omp parallel for schedule(static) if (groups * wsz > CONV_PAR_MIN / 4)
@@ -905,4 +1003,106 @@ mr_status mr_conv2d_bwd_filter_cpu(const mr_op_args *a) {
         dbias[o] = s;
     }
     return MR_OK;
+}
+
+/* ---- CONV2D_MAXPOOL (core/ops.h): the forward above into a per-thread stage that stays in
+ * cache, pooled 2x2/stride 2 from there (mr_cpu_maxpool22_plane, MAXPOOL2D's kernel): the full
+ * conv output is never stored (on the CNN it is 12.8 MB per layer at batch 128, written once and
+ * read back by MAXPOOL2D). Each conv element is computed as by CONV2D (its sum order is fixed by
+ * K, not by batching or threads), so y and argmax equal CONV2D then MAXPOOL2D bit for bit. The
+ * stage holds whole images: one (O, OHW) for the direct forward, a batch of them for im2col +
+ * GEMM. Workspace: [widened w (direct, bf16)] then per thread [slot (GEMM path)] [stage]. */
+
+static int64_t conv_pool_stage_floats(const conv_dims *g) {
+    return (conv_fwd_direct(g) ? 1 : conv_batch(g)) * g->o * g->ohw;
+}
+
+/* Floats before the per-thread parts, and of one thread's part. */
+static void conv_pool_ws(const conv_dims *g, int64_t *fixed, int64_t *per) {
+    int direct = conv_fwd_direct(g);
+    *fixed = direct && g->bf16 ? g->o * g->ckk : 0;
+    *per = (direct ? 0 : (int64_t)conv_slot_floats(g)) + conv_pool_stage_floats(g);
+}
+
+size_t mr_conv2d_maxpool_fwd_workspace(const mr_op_args *a) {
+    conv_dims g;
+    if (mr_op_is_f64(a) || !conv_dims_get(a, &a->in[0], &a->in[1], &g)) return 0;
+    int64_t fixed, per;
+    conv_pool_ws(&g, &fixed, &per);
+    return ((size_t)fixed + conv_threads() * (size_t)per) * sizeof(float);
+}
+
+/* Pools the conv output of images [n0, n0 + nb), stage (nb, O, OH, OW), into y and argmax
+ * (N, O, OH/2, OW/2). */
+static void conv_pool_batch(const conv_dims *g, const float *stage, int64_t n0, int64_t nb, float *y, int32_t *am,
+                            int par) {
+    int64_t ph = g->oh / 2, pw = g->ow / 2, planes = nb * g->o;
+#pragma omp parallel for schedule(static) if (par && planes * g->ohw > CONV_PAR_MIN / 4)
+    for (int64_t u = 0; u < planes; u++) {
+        int64_t at = (n0 * g->o + u) * ph * pw;
+        mr_cpu_maxpool22_plane(stage + u * g->ohw, y + at, am + at, g->ow, ph, pw, g->relu);
+    }
+}
+
+mr_status mr_conv2d_maxpool_fwd_cpu(const mr_op_args *a) {
+    if (mr_op_is_f64(a)) return mr_conv2d_maxpool_fwd_ref(a);
+    if (!conv_dtype_ok(a)) return conv_f32_only(a, a->in[0].dtype);
+    conv_dims g;
+    if (!conv_dims_get(a, &a->in[0], &a->in[1], &g)) return mr_op_error(a, "invalid geometry");
+    /* x (N,C,H,W); w (O,CKK); bias (O) or NULL; y, argmax (N,O,OH/2,OW/2) */
+    const char *x = a->in[0].data;
+    const void *w = a->in[1].data;
+    const float *bias = a->in[2].data;
+    float *y = a->out[0].data, *ws = a->workspace;
+    int32_t *am = a->out[1].data;
+    int64_t es = g.xes, chw = g.c * g.h * g.w, fixed, per;
+    conv_pool_ws(&g, &fixed, &per);
+    int64_t have = ws ? (int64_t)(a->workspace_bytes / sizeof(float)) : 0;
+    int64_t slots = have >= fixed + per ? (have - fixed) / per : 0;
+    if (slots > (int64_t)conv_threads()) slots = (int64_t)conv_threads();
+    if (slots < 1) return conv_no_workspace(a);
+#ifdef CONV_AVX512
+    if (conv_fwd_direct(&g)) {
+        const float *wf = w;
+        if (g.bf16) {
+            for (int64_t i = 0; i < g.o * g.ckk; i++) ws[i] = mr_bf16_to_f32(((const uint16_t *)w)[i]);
+            wf = ws;
+        }
+        conv_taps tp;
+        conv_taps_get(&g, &tp);
+        float *stages = ws + fixed;
+#pragma omp parallel for num_threads((int)slots) schedule(static) if (g.n * g.o * g.ckk * g.ohw > CONV_PAR_MIN)
+        for (int64_t n = 0; n < g.n; n++) {
+            float *stage = stages + (int64_t)omp_get_thread_num() * per;
+            fwd_direct_rows_any(&g, &tp, x + n * chw * es, wf, bias, stage, 0, g.oh);
+            conv_pool_batch(&g, stage, n, 1, y, am, 0);
+        }
+        return MR_OK;
+    }
+#endif
+    int64_t slot = (int64_t)conv_slot_floats(&g), bsz, batches;
+    int nt;
+    conv_share(&g, (int)slots, &bsz, &batches, &nt);
+    if (nt < 2) {
+        for (int64_t n0 = 0; n0 < g.n; n0 += bsz) {
+            int64_t nb = g.n - n0 < bsz ? g.n - n0 : bsz;
+            if (conv_fwd_batch(&g, x + n0 * chw * es, w, bias, ws + slot, nb, ws, ws + nb * g.ohw * g.ckk, 1))
+                return conv_gemm_failed(a);
+            conv_pool_batch(&g, ws + slot, n0, nb, y, am, 1);
+        }
+        return MR_OK;
+    }
+    int failed = 0;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t bi = 0; bi < batches; bi++) {
+        float *col = ws + (int64_t)omp_get_thread_num() * per, *stage = col + slot;
+        int64_t n0 = bi * bsz, nb = g.n - n0 < bsz ? g.n - n0 : bsz;
+        if (conv_fwd_batch(&g, x + n0 * chw * es, w, bias, stage, nb, col, col + nb * g.ohw * g.ckk, 0)) {
+#pragma omp atomic write
+            failed = 1;
+        } else {
+            conv_pool_batch(&g, stage, n0, nb, y, am, 0);
+        }
+    }
+    return failed ? conv_gemm_failed(a) : MR_OK;
 }

@@ -87,6 +87,13 @@ __attribute__((target("avx512f"))) static void pool22_plane_512(const float *res
     }
 }
 
+void mr_cpu_maxpool22_plane(const float *xp, float *yp, int32_t *ap, int64_t w, int64_t oh, int64_t ow, int relu) {
+    if (mr_cpu_caps_get()->avx512f && w <= INT32_MAX / 4)
+        pool22_plane_512(xp, yp, ap, w, oh, ow, relu);
+    else
+        pool22_plane_def(xp, yp, ap, w, oh, ow, relu);
+}
+
 mr_status mr_maxpool2d_fwd_cpu(const mr_op_args *a) {
     if (mr_op_is_f64(a)) return mr_maxpool2d_fwd_ref(a);
     if (a->in[0].dtype != MR_F32)
@@ -100,10 +107,9 @@ mr_status mr_maxpool2d_fwd_cpu(const mr_op_args *a) {
     float *y = a->out[0].data;
     int32_t *am = a->out[1].data;
     if (kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0) {
-        void (*plane)(const float *, float *, int32_t *, int64_t, int64_t, int64_t, int) =
-            mr_cpu_caps_get()->avx512f && w <= INT32_MAX / 4 ? pool22_plane_512 : pool22_plane_def;
 #pragma omp parallel for schedule(static) if (planes * oh * ow * 4 > POOL_PAR_MIN)
-        for (int64_t pl = 0; pl < planes; pl++) plane(x + pl * h * w, y + pl * oh * ow, am + pl * oh * ow, w, oh, ow, p->relu);
+        for (int64_t pl = 0; pl < planes; pl++)
+            mr_cpu_maxpool22_plane(x + pl * h * w, y + pl * oh * ow, am + pl * oh * ow, w, oh, ow, p->relu);
         return MR_OK;
     }
 #pragma omp parallel for schedule(static) if (planes * oh * ow * kh * kw > POOL_PAR_MIN)
@@ -173,6 +179,11 @@ __attribute__((target("avx512f"))) static int pool22_bwd_plane_512(const int32_t
         }
     }
     return 1;
+}
+
+int mr_cpu_maxpool22_bwd_plane(const int32_t *ap, const float *dyp, float *dxp, int64_t oh, int64_t ow) {
+    if (!mr_cpu_caps_get()->avx512f || 2 * ow > INT32_MAX / 4) return 0;
+    return pool22_bwd_plane_512(ap, dyp, dxp, 2 * ow, oh, ow);
 }
 
 mr_status mr_maxpool2d_bwd_cpu(const mr_op_args *a) {

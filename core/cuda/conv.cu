@@ -410,10 +410,11 @@ static mr_status conv_cuda(const mr_op_args *a, int pass) {
     int one_call = 0, locked = 0;
     /* the CPU's mixed precision and fused ReLU (core/ops.h MR_OP_CONV2D): not done here, so refused
      * rather than silently computed without them (the graph sets them on the CPU only) */
-    MR_CHECK(!a->p.conv.bf16 && !(pass == CONV_FWD && a->p.conv.relu), MR_ERR_UNSUPPORTED,
+    MR_CHECK(!a->p.conv.bf16 && !(pass == CONV_FWD && a->p.conv.relu) && !(pass != CONV_FWD && a->p.conv.pool),
+             MR_ERR_UNSUPPORTED,
              "%s: p.conv.%s is a CPU kernel option, not supported by the CUDA kernel; HINT: build the graph for the "
              "GPU (autodiff/nn.h mr_nn.device) so it keeps convolutions in f32 with a separate ReLU",
-             name, a->p.conv.bf16 ? "bf16" : "relu");
+             name, a->p.conv.bf16 ? "bf16" : pass == CONV_FWD ? "relu" : "pool");
     conv_views(a, pass, &x, &w, &y);
     MR_TRY(conv_dims_get(a, pass, &g));
     MR_TRY(mr_cuda_op_stream(a, &s));

@@ -6,6 +6,7 @@
 #include "core/math/half_math.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* Geometry shared by the three ops; filled from x (or dx), w (or dw) and y (or dy). */
 typedef struct conv_geom {
@@ -14,7 +15,7 @@ typedef struct conv_geom {
 } conv_geom;
 
 /* Validates the params and the three 4-d shapes xs (N,C,H,W), ws (O,C,KH,KW), ys (N,O,OH,OW)
- * against each other; names the views by role. */
+ * against each other (y NULL: the first two only); names the views by role. */
 static mr_status conv_geom_get(const mr_op_args *a, const mr_view *x, const char *xrole, const mr_view *w,
                                const char *wrole, const mr_view *y, const char *yrole, conv_geom *g) {
     const mr_conv_params *p = &a->p.conv;
@@ -22,10 +23,10 @@ static mr_status conv_geom_get(const mr_op_args *a, const mr_view *x, const char
     if (p->stride_h <= 0 || p->stride_w <= 0 || p->pad_h < 0 || p->pad_w < 0)
         return mr_op_error(a, "stride (%d,%d) must be > 0 and padding (%d,%d) >= 0", p->stride_h, p->stride_w,
                            p->pad_h, p->pad_w);
-    if (x->shape.ndim != 4 || w->shape.ndim != 4 || y->shape.ndim != 4)
+    if (x->shape.ndim != 4 || w->shape.ndim != 4 || (y && y->shape.ndim != 4))
         return mr_op_error(a, "%s %s, %s %s and %s %s must all be 4-d (NCHW, OCKhKw)", xrole,
                            mr_shape_str(&x->shape, b1, 128), wrole, mr_shape_str(&w->shape, b2, 128), yrole,
-                           mr_shape_str(&y->shape, b3, 128));
+                           y ? mr_shape_str(&y->shape, b3, 128) : "-");
     const int64_t *xd = x->shape.dim, *wd = w->shape.dim;
     *g = (conv_geom){xd[0], xd[1], xd[2], xd[3], wd[0], wd[2], wd[3], 0, 0, p->stride_h, p->stride_w, p->pad_h, p->pad_w};
     if (wd[1] != g->c || g->kh < 1 || g->kw < 1 || g->h + 2 * g->ph < g->kh || g->w + 2 * g->pw < g->kw)
@@ -35,7 +36,7 @@ static mr_status conv_geom_get(const mr_op_args *a, const mr_view *x, const char
     g->oh = (g->h + 2 * g->ph - g->kh) / g->sh + 1;
     g->ow = (g->w + 2 * g->pw - g->kw) / g->sw + 1;
     mr_shape ys = mr_shape_4d(g->n, g->o, g->oh, g->ow);
-    if (!mr_shape_eq(&y->shape, &ys))
+    if (y && !mr_shape_eq(&y->shape, &ys))
         return mr_op_error(a, "%s %s must be %s for %s %s, %s kernel %lldx%lld, stride (%d,%d), padding (%d,%d)",
                            yrole, mr_shape_str(&y->shape, b1, 128), mr_shape_str(&ys, b2, 128), xrole,
                            mr_shape_str(&x->shape, b3, 128), wrole, (long long)g->kh, (long long)g->kw, g->sh,
@@ -63,7 +64,7 @@ static mr_status conv_dtypes(const mr_op_args *a, int *mixed) {
                                mr_dtype_name(a->in[0].dtype), mr_dtype_name(a->in[1].dtype));
         return st;
     }
-    int wslot = a->op == MR_OP_CONV2D ? 1 : a->op == MR_OP_CONV2D_BWD_DATA ? 0 : -1;
+    int wslot = a->op == MR_OP_CONV2D || a->op == MR_OP_CONV2D_MAXPOOL ? 1 : a->op == MR_OP_CONV2D_BWD_DATA ? 0 : -1;
     for (int i = 0; i < 2; i++) {
         mr_dtype t = a->in[i].dtype;
         if (i == wslot ? t != MR_BF16 : (t != MR_F32 && t != MR_BF16))
@@ -91,24 +92,84 @@ mr_status mr_conv2d_fwd_check(const mr_op_args *a) {
     return conv_bias_check(a, &a->in[2], "in[2] (bias)", g.o);
 }
 
+/* The backward ops' dy (in[1]) against the conv geometry g: (N,O,OH,OW), or with p.conv.pool the
+ * pooled (N,O,OH/2,OW/2) with in[2] the i32 argmax of that shape; in[2] is absent otherwise. */
+static mr_status conv_bwd_dy_check(const mr_op_args *a, const conv_geom *g) {
+    char b1[128];
+    if (!a->p.conv.pool) {
+        if (a->in[2].data) return mr_op_error(a, "in[2] (argmax) is only taken with p.conv.pool");
+        mr_shape ys = mr_shape_4d(g->n, g->o, g->oh, g->ow);
+        return mr_op_check_shape(a, &a->in[1], "in[1] (dy)", &ys);
+    }
+    if (!a->in[2].data || a->in[2].dtype != MR_I32)
+        return mr_op_error(a, "p.conv.pool needs in[2] (argmax), i32; got %s",
+                           a->in[2].data ? mr_dtype_name(a->in[2].dtype) : "none");
+    mr_shape cs = mr_shape_4d(g->n, g->o, g->oh, g->ow), ps = mr_shape_4d(g->n, g->o, g->oh / 2, g->ow / 2);
+    if (g->oh < 2 || g->ow < 2 || g->oh * g->ow > INT32_MAX)
+        return mr_op_error(a, "p.conv.pool: the conv's output %s must be at least 2x2, its plane within i32",
+                           mr_shape_str(&cs, b1, sizeof b1));
+    mr_status st = mr_op_check_shape(a, &a->in[1], "in[1] (dy, pooled)", &ps);
+    return st != MR_OK ? st : mr_op_check_shape(a, &a->in[2], "in[2] (argmax)", &ps);
+}
+
+/* The dtype rule over every view but the argmax (in[2], checked by conv_bwd_dy_check). */
+static mr_status conv_bwd_dtypes(const mr_op_args *a) {
+    mr_op_args c = *a;
+    memset(&c.in[2], 0, sizeof c.in[2]);
+    int mixed;
+    return conv_dtypes(&c, &mixed);
+}
+
 mr_status mr_conv2d_bwd_data_check(const mr_op_args *a) {
     if (!a->in[0].data || !a->in[1].data || !a->out[0].data) return mr_op_error(a, "w, dy and dx are required");
-    int mixed;
-    mr_status st = conv_dtypes(a, &mixed);
+    mr_status st = conv_bwd_dtypes(a);
     if (st != MR_OK) return st;
     conv_geom g;
-    return conv_geom_get(a, &a->out[0], "out[0] (dx)", &a->in[0], "in[0] (w)", &a->in[1], "in[1] (dy)", &g);
+    if ((st = conv_geom_get(a, &a->out[0], "out[0] (dx)", &a->in[0], "in[0] (w)", NULL, "in[1] (dy)", &g)) != MR_OK)
+        return st;
+    return conv_bwd_dy_check(a, &g);
 }
 
 mr_status mr_conv2d_bwd_filter_check(const mr_op_args *a) {
     if (!a->in[0].data || !a->in[1].data || !a->out[0].data) return mr_op_error(a, "x, dy and dw are required");
-    int mixed;
-    mr_status st = conv_dtypes(a, &mixed);
+    mr_status st = conv_bwd_dtypes(a);
     if (st != MR_OK) return st;
     conv_geom g;
-    if ((st = conv_geom_get(a, &a->in[0], "in[0] (x)", &a->out[0], "out[0] (dw)", &a->in[1], "in[1] (dy)", &g)) != MR_OK)
+    if ((st = conv_geom_get(a, &a->in[0], "in[0] (x)", &a->out[0], "out[0] (dw)", NULL, "in[1] (dy)", &g)) != MR_OK)
         return st;
+    if ((st = conv_bwd_dy_check(a, &g)) != MR_OK) return st;
     return conv_bias_check(a, &a->out[1], "out[1] (dbias)", g.o);
+}
+
+/* p.conv.pool: the pooled dy (in[1]) scattered at the argmax (in[2]) into a full-size dy of its
+ * dtype (bits copied, 0 elsewhere: MAXPOOL2D_BWD of the 2x2 windows), then `ref` on that. */
+static mr_status conv_ref_pooled(const mr_op_args *a, mr_status (*ref)(const mr_op_args *)) {
+    const mr_view *xv = a->op == MR_OP_CONV2D_BWD_DATA ? &a->out[0] : &a->in[0];
+    const mr_view *wv = a->op == MR_OP_CONV2D_BWD_DATA ? &a->in[0] : &a->out[0];
+    conv_geom g;
+    mr_status st = conv_geom_get(a, xv, "x", wv, "w", NULL, "dy", &g);
+    if (st != MR_OK) return st;
+    int64_t ohw = g.oh * g.ow, phw = (g.oh / 2) * (g.ow / 2), planes = g.n * g.o;
+    size_t es = mr_dtype_size(a->in[1].dtype);
+    char *full = calloc((size_t)(planes * ohw > 0 ? planes * ohw : 1), es);
+    if (!full) return mr_set_error(MR_ERR_NOMEM, "conv2d reference: out of memory for %lld values", (long long)(planes * ohw));
+    const char *dy = a->in[1].data;
+    const int32_t *am = a->in[2].data;
+    for (int64_t i = 0; i < planes * phw; i++) {
+        if (am[i] < -1 || am[i] >= ohw) {
+            free(full);
+            return mr_op_error(a, "argmax[%lld] = %d is outside [-1, %lld)", (long long)i, (int)am[i], (long long)ohw);
+        }
+        if (am[i] >= 0) memcpy(full + ((i / phw) * ohw + am[i]) * (int64_t)es, dy + i * (int64_t)es, es);
+    }
+    mr_op_args c = *a;
+    c.p.conv.pool = 0;
+    c.in[1].data = full;
+    c.in[1].shape = mr_shape_4d(g.n, g.o, g.oh, g.ow);
+    memset(&c.in[2], 0, sizeof c.in[2]);
+    st = ref(&c);
+    free(full);
+    return st;
 }
 
 /* Mixed precision (p.conv.bf16) through the f64 reference `ref`: every float view copied to f64,
@@ -192,6 +253,7 @@ mr_status mr_conv2d_fwd_ref(const mr_op_args *a) {
 }
 
 mr_status mr_conv2d_bwd_data_ref(const mr_op_args *a) {
+    if (a->p.conv.pool) return conv_ref_pooled(a, mr_conv2d_bwd_data_ref);
     if (conv_is_mixed(a)) return conv_ref_mixed(a, mr_conv2d_bwd_data_ref);
     if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64 (or p.conv.bf16: mixed precision)");
     conv_geom g;
@@ -204,6 +266,7 @@ mr_status mr_conv2d_bwd_data_ref(const mr_op_args *a) {
 }
 
 mr_status mr_conv2d_bwd_filter_ref(const mr_op_args *a) {
+    if (a->p.conv.pool) return conv_ref_pooled(a, mr_conv2d_bwd_filter_ref);
     if (conv_is_mixed(a)) return conv_ref_mixed(a, mr_conv2d_bwd_filter_ref);
     if (a->in[0].dtype != MR_F64) return mr_op_error(a, "the reference takes f64 (or p.conv.bf16: mixed precision)");
     conv_geom g;
@@ -222,4 +285,74 @@ mr_status mr_conv2d_bwd_filter_ref(const mr_op_args *a) {
         }
     }
     return MR_OK;
+}
+
+/* ---- CONV2D_MAXPOOL: the conv, then the 2x2/stride-2 max pool (core/ops.h) ---- */
+
+/* The conv's geometry and the pooled shape (N,O,OH/2,OW/2) of y and the i32 argmax. */
+mr_status mr_conv2d_maxpool_fwd_check(const mr_op_args *a) {
+    if (!a->in[0].data || !a->in[1].data || !a->out[0].data || !a->out[1].data)
+        return mr_op_error(a, "x, w, y and argmax are required");
+    if (a->out[1].dtype != MR_I32)
+        return mr_op_error(a, "out[1] (argmax) has dtype %s; expected i32", mr_dtype_name(a->out[1].dtype));
+    /* the conv's dtype rule over x, w, bias and y */
+    mr_op_args c = *a;
+    c.n_out = 1;
+    memset(&c.out[1], 0, sizeof c.out[1]);
+    int mixed;
+    mr_status st = conv_dtypes(&c, &mixed);
+    if (st != MR_OK) return st;
+    conv_geom g;
+    if ((st = conv_geom_get(a, &a->in[0], "in[0] (x)", &a->in[1], "in[1] (w)", NULL, "y", &g)) != MR_OK) return st;
+    if ((st = conv_bias_check(a, &a->in[2], "in[2] (bias)", g.o)) != MR_OK) return st;
+    char b1[128];
+    if (g.oh < 2 || g.ow < 2 || g.oh * g.ow > INT32_MAX) {
+        mr_shape cs = mr_shape_4d(g.n, g.o, g.oh, g.ow);
+        return mr_op_error(a, "the conv's output %s must be at least 2x2 for the 2x2 pool, its plane within i32",
+                           mr_shape_str(&cs, b1, sizeof b1));
+    }
+    mr_shape ps = mr_shape_4d(g.n, g.o, g.oh / 2, g.ow / 2);
+    if ((st = mr_op_check_shape(a, &a->out[0], "out[0] (y)", &ps)) != MR_OK) return st;
+    return mr_op_check_shape(a, &a->out[1], "out[1] (argmax)", &ps);
+}
+
+/* The definition itself: CONV2D's reference into a full-size scratch of y's dtype (f64, or f32 in
+ * mixed precision, as CONV2D writes it), then MAXPOOL2D's reference over it (f32 widens to f64
+ * exactly and the max picks one of the values, so y narrows back exactly). */
+mr_status mr_conv2d_maxpool_fwd_ref(const mr_op_args *a) {
+    mr_status st = mr_conv2d_maxpool_fwd_check(a);
+    if (st != MR_OK) return st;
+    const int64_t *xd = a->in[0].shape.dim, *wd = a->in[1].shape.dim;
+    int64_t oh = (xd[2] + 2 * a->p.conv.pad_h - wd[2]) / a->p.conv.stride_h + 1;
+    int64_t ow = (xd[3] + 2 * a->p.conv.pad_w - wd[3]) / a->p.conv.stride_w + 1;
+    int64_t full = xd[0] * wd[0] * oh * ow, pooled = mr_shape_numel(&a->out[0].shape);
+    int f32 = a->out[0].dtype == MR_F32;
+    double *cy = malloc((size_t)(full > 0 ? full : 1) * sizeof(double));
+    double *py = f32 ? malloc((size_t)(pooled > 0 ? pooled : 1) * sizeof(double)) : NULL;
+    float *cyf = f32 ? malloc((size_t)(full > 0 ? full : 1) * sizeof(float)) : NULL;
+    if (!cy || (f32 && (!py || !cyf))) {
+        st = mr_set_error(MR_ERR_NOMEM, "conv2d_maxpool reference: out of memory for %lld values", (long long)full);
+        goto done;
+    }
+    mr_op_args c = *a;
+    c.op = MR_OP_CONV2D;
+    c.n_out = 1;
+    memset(&c.out[1], 0, sizeof c.out[1]);
+    c.out[0].shape = mr_shape_4d(xd[0], wd[0], oh, ow);
+    c.out[0].data = f32 ? (void *)cyf : (void *)cy;
+    if ((st = mr_conv2d_fwd_ref(&c)) != MR_OK) goto done;
+    for (int64_t i = 0; f32 && i < full; i++) cy[i] = cyf[i];
+    mr_op_args p;
+    mr_op_args_init(&p, MR_OP_MAXPOOL2D);
+    p.p.pool = (mr_pool_params){2, 2, 2, 2, 0, 0, a->p.conv.relu != 0};
+    p.in[0] = (mr_view){cy, MR_F64, c.out[0].shape};
+    p.out[0] = (mr_view){f32 ? py : a->out[0].data, MR_F64, a->out[0].shape};
+    p.out[1] = a->out[1];
+    if ((st = mr_maxpool2d_fwd_ref(&p)) != MR_OK) goto done;
+    for (int64_t i = 0; f32 && i < pooled; i++) ((float *)a->out[0].data)[i] = (float)py[i];
+done:
+    free(cy);
+    free(py);
+    free(cyf);
+    return st;
 }

@@ -57,7 +57,7 @@ static mr_op_args conv_ref_args(mr_op_id op, const conv_shape *cs, int bias, uin
     mr_shape sy = mr_shape_4d(cs->n, cs->o, oh, ow), sb = mr_shape_1d(cs->o);
     mr_op_args r;
     mr_op_args_init(&r, op);
-    r.p.conv = (mr_conv_params){cs->sh, cs->sw, cs->ph, cs->pw, 0, 0};
+    r.p.conv = (mr_conv_params){cs->sh, cs->sw, cs->ph, cs->pw, 0, 0, 0};
 #define RAND_VIEW(s) gpu_f64_view(gpu_rand(mr_shape_numel(&(s)), -1, 1, seed++, MR_F64), (s))
 #define NAN_VIEW(s) gpu_f64_view(nan_vals(mr_shape_numel(&(s))), (s))
     switch (op) {

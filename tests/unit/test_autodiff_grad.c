@@ -207,8 +207,9 @@ static void test_grad_mlp(void **state) {
  * image is a param too, so CONV2D_BWD_DATA is checked. Three times: the ReLU as its own node;
  * fused into the conv2d (mr_graph_relu_after_conv: p.conv.relu), whose pool then carries the
  * ReLU's gradient in its argmax (p.pool.relu) so no RELU_BWD node is made; and fused with a
- * second reader of the conv's output (0.1 * sum(y) added to the loss), where RELU_BWD stays. */
-enum { CNN_PLAIN, CNN_FUSED, CNN_FUSED_SHARED };
+ * second reader of the conv's output (0.1 * sum(y) added to the loss), where RELU_BWD stays; and
+ * fused with its pool into one CONV2D_MAXPOOL node (mr_graph_fuse_conv_pool). */
+enum { CNN_PLAIN, CNN_FUSED, CNN_FUSED_SHARED, CNN_POOL_FUSED };
 
 static int count_op(const mr_graph *g, mr_op_id op) {
     int n = 0;
@@ -218,7 +219,8 @@ static int count_op(const mr_graph *g, mr_op_id op) {
 
 static void grad_cnn(int mode) {
     enum { N = 2, C = 2, HW = 6, O = 3, K = 3, CLS = 4 };
-    const char *names[] = {"cnn", "cnn (fused relu)", "cnn (fused relu, y read twice)"};
+    const char *names[] = {"cnn", "cnn (fused relu)", "cnn (fused relu, y read twice)",
+                           "cnn (conv2d_maxpool: mr_graph_fuse_conv_pool)"};
     gc c = {.what = names[mode]};
     MR_ASSERT_OK(mr_graph_new(&c.g));
     mr_graph *g = c.g;
@@ -239,6 +241,9 @@ static void grad_cnn(int mode) {
     if (mode == CNN_FUSED_SHARED)
         c.loss = mr_graph_add(g, c.loss, mr_graph_scale(g, mr_graph_sum(g, y, 0xfu), 0.1));
     MR_ASSERT_OK(mr_graph_status(g));
+    /* the conv and its pool as one CONV2D_MAXPOOL node; y read twice stays unfused */
+    if (mode == CNN_POOL_FUSED || mode == CNN_FUSED_SHARED)
+        assert_int_equal(mr_graph_fuse_conv_pool(g, &c.loss, 1), mode == CNN_POOL_FUSED);
     int32_t lab[N] = {3, 1};
     gc_param(&c, x, -1, 1, 21);
     gc_param(&c, w, -0.5, 0.5, 22);
@@ -246,7 +251,8 @@ static void grad_cnn(int mode) {
     gc_param(&c, fc, -0.5, 0.5, 24);
     gc_input(&c, labels, lab);
     gc_build(&c);
-    assert_int_equal(count_op(g, MR_OP_RELU_BWD), mode == CNN_FUSED ? 0 : 1);
+    assert_int_equal(count_op(g, MR_OP_RELU_BWD), mode == CNN_FUSED || mode == CNN_POOL_FUSED ? 0 : 1);
+    assert_int_equal(count_op(g, MR_OP_CONV2D_MAXPOOL), mode == CNN_POOL_FUSED);
     gc_check(&c);
     gc_free(&c);
 }
@@ -256,6 +262,7 @@ static void test_grad_cnn(void **state) {
     grad_cnn(CNN_PLAIN);
     grad_cnn(CNN_FUSED);
     grad_cnn(CNN_FUSED_SHARED);
+    grad_cnn(CNN_POOL_FUSED);
 }
 
 /* Average pooling: conv2d (pad 1) -> avgpool 3 stride 2 pad 1 (padding in the divisor) -> tanh

@@ -134,7 +134,8 @@ static int grad_by_other_ops(mr_op_id op) {
            || op == MR_OP_PERMUTE /* the inverse permutation (test_ops_permute.c) */
            || op == MR_OP_CAST    /* a cast back to the input type */
            || op == MR_OP_CONCAT  /* slices (views) of the output gradient */
-           || op == MR_OP_HOOK;   /* the same hook on dy (self-adjoint) */
+           || op == MR_OP_HOOK    /* the same hook on dy (self-adjoint) */
+           || op == MR_OP_CONV2D_MAXPOOL; /* the conv's backward ops with p.conv.pool (test_ops_conv_pool.c) */
 }
 
 static void test_op_table(void **state) {

@@ -19,7 +19,7 @@ static int64_t out_size(int64_t in, int64_t k, int s, int p) { return (in + 2 * 
 
 /* The three ops' args for one case, inputs random, in dtype dt. */
 static void conv_args(const conv_case *c, mr_dtype dt, uint64_t seed, mr_op_args *f, mr_op_args *bd, mr_op_args *bf) {
-    mr_conv_params p = {c->sh, c->sw, c->ph, c->pw, 0, 0};
+    mr_conv_params p = {c->sh, c->sw, c->ph, c->pw, 0, 0, 0};
     mr_shape xs = mr_shape_4d(c->n, c->c, c->h, c->w), ws = mr_shape_4d(c->o, c->c, c->kh, c->kw);
     mr_shape ys = mr_shape_4d(c->n, c->o, out_size(c->h, c->kh, c->sh, c->ph), out_size(c->w, c->kw, c->sw, c->pw));
     mr_view x = th_rand_view(dt, xs, -1, 1, seed), w = th_rand_view(dt, ws, -0.5, 0.5, seed + 1);

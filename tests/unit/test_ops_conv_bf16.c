@@ -64,7 +64,7 @@ typedef struct conv_set {
 } conv_set;
 
 static void conv_set_make(const conv_case *c, uint64_t seed, int act_f32, conv_set *s) {
-    mr_conv_params p = {c->sh, c->sw, c->ph, c->pw, 1, 0};
+    mr_conv_params p = {c->sh, c->sw, c->ph, c->pw, 1, 0, 0};
     mr_shape xs = mr_shape_4d(c->n, c->c, c->h, c->w), ws = mr_shape_4d(c->o, c->c, c->kh, c->kw);
     mr_shape ys = mr_shape_4d(c->n, c->o, out_size(c->h, c->kh, c->sh, c->ph), out_size(c->w, c->kw, c->sw, c->pw));
     mr_view xh, xd, wh, wd, dyh, dyd;
