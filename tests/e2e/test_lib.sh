@@ -20,6 +20,11 @@ expect fail "check with an empty test" check "x" ""
 expect fail "check with a blank test" check "x" "   "
 expect pass "check with a true test" check "x" "true"
 expect fail "check with a false test" check "x" "false"
+# grep -q stops reading at its first match; the writer's SIGPIPE must not fail the check (it did
+# under pipefail, at random under load), and a pipeline whose last command fails still fails
+expect pass "check of a grep -q whose writer gets SIGPIPE" check "x" "seq 1 2000000 | grep -q '^1\$'"
+expect fail "check of a pipeline whose grep finds nothing" check "x" "seq 1 10 | grep -q '^11\$'"
+expect pass "check leaves pipefail as it was" bash -c 'source "$0"; set -o pipefail; check x true; [[ -o pipefail ]]' "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 expect fail "check of an awk over empty input (the old 2-replica check) via ckpt_close" ckpt_close "" 1e-4 1e-3
 expect fail "ckpt_close of a malformed line" ckpt_close "ckpt_diff: the params groups differ" 1e-4 1e-3
 expect pass "ckpt_close within tolerance" ckpt_close "$d_ok" 1e-4 1e-3
