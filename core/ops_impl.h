@@ -36,7 +36,7 @@ MR_DECLARE_KERNELS(embedding_bwd)
 MR_DECLARE_KERNELS(conv2d_fwd)         /* conv_{ref,cpu}.c */
 MR_DECLARE_KERNELS(conv2d_bwd_data)
 MR_DECLARE_KERNELS(conv2d_bwd_filter)
-MR_DECLARE_KERNELS(conv2d_maxpool_fwd) /* conv_{ref,cpu}.c (CPU only) */
+MR_DECLARE_KERNELS(conv2d_maxpool_fwd) /* conv_ref.c, conv_pool_cpu.c (CPU only) */
 MR_DECLARE_KERNELS(maxpool2d_fwd)      /* pool_{ref,cpu}.c */
 MR_DECLARE_KERNELS(maxpool2d_bwd)
 MR_DECLARE_KERNELS(avgpool2d_fwd)      /* pool_{ref,cpu}.c */

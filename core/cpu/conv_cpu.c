@@ -1,5 +1,7 @@
 /* 2-d convolution, CPU fast path (f32; f64 runs the reference), by im2col + GEMM over batches of
- * images.
+ * images: CONV2D, CONV2D_BWD_DATA and CONV2D_BWD_FILTER, their workspace sizes, im2col/col2im and
+ * the direct few-tap kernels. The max pool fused into them is core/cpu/conv_pool_cpu.c; the
+ * geometry (mr_conv_dims) and the helpers both files use are declared in core/cpu/conv_impl.h.
  *
  * im2col lays the receptive fields of a batch of B images side by side as col (CKK, B*OHW), image
  * b in columns [b*OHW, (b+1)*OHW), so each op is one GEMM per batch:
@@ -8,9 +10,9 @@
  *   filter grad: dw^T (CKK, O)        += col * dyb^T
  * One GEMM per image (64 x 196 x 288 for the CNN's second layer) ran at a third of the GEMM's
  * speed: its 196 columns fill 7 panels of 32 to 88%, w was packed again for every image, and
- * im2col/col2im moved 14-float rows with memcpy calls. The batch size (conv_batch) depends on the
- * geometry alone: a few hundred columns, with col small enough to stay in L2 (2 and 4 images of
- * the CNN's second layer measured alike, 8 and 16 slower). yb and dyb live next to col in the
+ * im2col/col2im moved 14-float rows with memcpy calls. The batch size (mr_cpu_conv_batch) depends
+ * on the geometry alone: a few hundred columns, with col small enough to stay in L2 (2 and 4
+ * images of the CNN's second layer measured alike, 8 and 16 slower). yb and dyb live next to col in the
  * workspace (the GEMM needs one row stride; y and dy hold each image's (O, OHW) block apart).
  * On AVX-512 CPUs stride-1 im2col/col2im rows are masked vector loads and stores, and the forward
  * and the filter gradient with few taps (CKK <= CONV_DIRECT_TAPS, the first layer's 9) run
@@ -23,8 +25,8 @@
  * Workspace: one slot (col, and yb or dyb) per thread (omp_get_max_threads() at sizing time). The
  * filter gradient also keeps CONV_FILTER_GROUPS partial dw^T and dbias: the images are cut into
  * that many fixed groups (never by thread), each group summed batch by batch (batches of
- * conv_batch images from the group's start) into its own partial and the partials added in group
- * order, so dw and dbias do not depend on the thread count and need no atomics.
+ * mr_cpu_conv_batch images from the group's start) into its own partial and the partials added in
+ * group order, so dw and dbias do not depend on the thread count and need no atomics.
  * Mixed precision (p.conv.bf16, issue 19: w bf16; x and dy f32 or bf16; y, dx, dw, dbias f32):
  * the same steps with col and dyb in bf16 (half the bytes moved) and the GEMMs by
  * mr_cpu_gemm_bf16 (gemm_bf16_amx.c / gemm_bf16_avx512.c: AMX or vdpbf16ps where the CPU has
@@ -32,10 +34,12 @@
  * bf16 (nearest even, mr_f32_to_bf16's bits) by im2col and by the dy copy, which run anyway: the
  * graph needs no cast pass over the activations (on the CNN those casts cost more than the bf16
  * GEMMs saved). The direct forward rounds or widens x as it loads it (products exact, sums f32).
- * The 2x2 max pool (issue 19): CONV2D_MAXPOOL (end of file) pools the forward's output from a
- * per-thread stage; the backward ops with p.conv.pool scatter the pooled dy at the argmax where
- * they copy dy anyway (batch_copy, and a scratch for filter_direct), so neither the conv output
- * nor its full-size gradient is stored. Same bits as the unfused ops (core/ops.h). */
+ * The 2x2 max pool (issue 19): CONV2D_MAXPOOL (core/cpu/conv_pool_cpu.c) pools this forward's
+ * output from a per-thread stage; the backward ops here with p.conv.pool scatter the pooled dy at
+ * the argmax (mr_cpu_conv_pool_scatter, conv_pool_cpu.c) where they copy dy anyway (batch_copy,
+ * and a scratch for filter_direct), so neither the conv output nor its full-size gradient is
+ * stored. Same bits as the unfused ops (core/ops.h). */
+#include "core/cpu/conv_impl.h"
 #include "core/cpu/cpu_impl.h"
 #include "core/math/half_math.h"
 #include "core/ops_impl.h"
@@ -48,8 +52,6 @@ static int omp_get_max_threads(void) { return 1; }
 static int omp_get_thread_num(void) { return 0; }
 #endif
 
-/* Below this many multiply-adds the loops stay on one thread. */
-#define CONV_PAR_MIN (1 << 18)
 /* Fixed image groups of the filter gradient (bounds its parallelism and its partial buffers). */
 #define CONV_FILTER_GROUPS 16
 /* A batch aims at this many GEMM columns (B*OHW) ... */
@@ -57,29 +59,15 @@ static int omp_get_thread_num(void) { return 0; }
 /* ... with its col (CKK, B*OHW) at most this many floats (1 MiB: half an L2). */
 #define CONV_BATCH_FLOATS (1 << 18)
 
-typedef struct conv_dims {
-    int64_t n, c, h, w, o, kh, kw, oh, ow, ckk, ohw;
-    int sh, sw, ph, pw;
-    int avx512; /* stride-1 rows of im2col/col2im by masked AVX-512 loads and stores */
-    int bf16;     /* p.conv.bf16: w, col and dyb bf16; x and dy rounded to bf16 as read */
-    int64_t es;   /* bytes per element of w, col, dyb: 2 (bf16) or 4 */
-    int64_t xes;  /* bytes per element of x (im2col's and the direct forward's source) */
-    int64_t dyes; /* bytes per element of dy (the backward ops' in[1]) */
-    int relu;     /* the forward's p.conv.relu: y = max(conv + bias, 0) */
-    int pool;     /* the backward's p.conv.pool: dy (N,O,OH/2,OW/2) scattered at in[2]'s argmax as read */
-    int filter;   /* CONV2D_BWD_FILTER */
-    int64_t dyhw; /* elements of one (image, channel) plane of dy: OHW, or (OH/2)*(OW/2) pooled */
-} conv_dims;
-
 /* Geometry from x (N,C,H,W) and w (O,C,KH,KW); 0 when the views cannot describe a convolution
  * (the workspace query runs before the check, so it must not trust the args). */
-static int conv_dims_get(const mr_op_args *a, const mr_view *x, const mr_view *w, conv_dims *g) {
+int mr_cpu_conv_dims_get(const mr_op_args *a, const mr_view *x, const mr_view *w, mr_conv_dims *g) {
     const mr_conv_params *p = &a->p.conv;
     if (x->shape.ndim != 4 || w->shape.ndim != 4 || p->stride_h <= 0 || p->stride_w <= 0 || p->pad_h < 0 ||
         p->pad_w < 0)
         return 0;
     const int64_t *xd = x->shape.dim, *wd = w->shape.dim;
-    *g = (conv_dims){xd[0], xd[1], xd[2], xd[3], wd[0], wd[2], wd[3], 0, 0, 0, 0,
+    *g = (mr_conv_dims){xd[0], xd[1], xd[2], xd[3], wd[0], wd[2], wd[3], 0, 0, 0, 0,
                      p->stride_h, p->stride_w, p->pad_h, p->pad_w, 0, 0, 4, 4, 4, 0, 0, 0, 0};
     g->bf16 = p->bf16 != 0;
     g->es = g->bf16 ? 2 : 4;
@@ -102,11 +90,11 @@ static int conv_dims_get(const mr_op_args *a, const mr_view *x, const mr_view *w
     return 1;
 }
 
-static size_t conv_threads(void) { return (size_t)omp_get_max_threads(); }
+size_t mr_cpu_conv_threads(void) { return (size_t)omp_get_max_threads(); }
 
 /* Images per GEMM, from the geometry alone (the filter gradient's sums depend on it): enough for
  * CONV_BATCH_COLS columns, fewer if col would pass CONV_BATCH_FLOATS, at least 1, at most N. */
-static int64_t conv_batch(const conv_dims *g) {
+int64_t mr_cpu_conv_batch(const mr_conv_dims *g) {
     int64_t b = g->ohw > 0 ? (CONV_BATCH_COLS + g->ohw - 1) / g->ohw : 1;
     int64_t per = g->ckk * g->ohw;
     if (per > 0 && b * per > CONV_BATCH_FLOATS) b = CONV_BATCH_FLOATS / per;
@@ -117,70 +105,71 @@ static int64_t conv_batch(const conv_dims *g) {
 /* Floats of one thread's slot: col (CKK, B*OHW) and yb or dyb (O, B*OHW); a batch of one image
  * needs no yb or dyb (the GEMM reads dy and writes y in place) unless dy is rounded to bf16 into
  * dyb (mixed precision; bf16 col and dyb fill half their share) or scattered there (p.conv.pool). */
-static size_t conv_slot_floats(const conv_dims *g) {
-    int64_t b = conv_batch(g);
+size_t mr_cpu_conv_slot_floats(const mr_conv_dims *g) {
+    int64_t b = mr_cpu_conv_batch(g);
     return (size_t)(b * g->ohw * (g->ckk + (b > 1 || g->bf16 || g->pool ? g->o : 0)));
 }
 
 /* Few taps: the forward (fwd_direct_rows, without workspace) and the filter gradient
  * (filter_direct) run directly. */
-#define CONV_DIRECT_TAPS 16
-static int conv_fwd_direct(const conv_dims *g) { return g->avx512 && g->ckk <= CONV_DIRECT_TAPS; }
+int mr_cpu_conv_fwd_direct(const mr_conv_dims *g) { return g->avx512 && g->ckk <= CONV_DIRECT_TAPS; }
 
 size_t mr_conv2d_fwd_workspace(const mr_op_args *a) {
-    conv_dims g;
-    if (mr_op_is_f64(a) || !conv_dims_get(a, &a->in[0], &a->in[1], &g)) return 0;
+    mr_conv_dims g;
+    if (mr_op_is_f64(a) || !mr_cpu_conv_dims_get(a, &a->in[0], &a->in[1], &g)) return 0;
     /* the direct forward of bf16 inputs reads w widened to f32 (O, CKK) */
-    if (conv_fwd_direct(&g)) return g.bf16 ? (size_t)(g.o * g.ckk) * sizeof(float) : 0;
-    return conv_threads() * conv_slot_floats(&g) * sizeof(float);
+    if (mr_cpu_conv_fwd_direct(&g)) return g.bf16 ? (size_t)(g.o * g.ckk) * sizeof(float) : 0;
+    return mr_cpu_conv_threads() * mr_cpu_conv_slot_floats(&g) * sizeof(float);
 }
 
 size_t mr_conv2d_bwd_data_workspace(const mr_op_args *a) {
-    conv_dims g;
-    if (mr_op_is_f64(a) || !conv_dims_get(a, &a->out[0], &a->in[0], &g)) return 0;
-    return conv_threads() * conv_slot_floats(&g) * sizeof(float);
+    mr_conv_dims g;
+    if (mr_op_is_f64(a) || !mr_cpu_conv_dims_get(a, &a->out[0], &a->in[0], &g)) return 0;
+    return mr_cpu_conv_threads() * mr_cpu_conv_slot_floats(&g) * sizeof(float);
 }
 
-static int64_t conv_filter_groups(const conv_dims *g) { return g->n < CONV_FILTER_GROUPS ? g->n : CONV_FILTER_GROUPS; }
+static int64_t conv_filter_groups(const mr_conv_dims *g) {
+    return g->n < CONV_FILTER_GROUPS ? g->n : CONV_FILTER_GROUPS;
+}
 
 /* The direct filter gradient of pooled dy (p.conv.pool) reads dy scattered to full size: room for
  * the largest filter group's images (in dy's dtype, counted in floats) after the slot. */
-static int64_t conv_pool_dy_floats(const conv_dims *g) {
-    if (!g->pool || !g->filter || !conv_fwd_direct(g) || g->n < 1) return 0;
+static int64_t conv_pool_dy_floats(const mr_conv_dims *g) {
+    if (!g->pool || !g->filter || !mr_cpu_conv_fwd_direct(g) || g->n < 1) return 0;
     int64_t groups = conv_filter_groups(g);
     return (g->n + groups - 1) / groups * g->o * g->ohw;
 }
 
 /* One thread's floats: the slot and, for that gradient, the scattered dy. */
-static size_t conv_slot_total(const conv_dims *g) { return conv_slot_floats(g) + (size_t)conv_pool_dy_floats(g); }
+static size_t conv_slot_total(const mr_conv_dims *g) {
+    return mr_cpu_conv_slot_floats(g) + (size_t)conv_pool_dy_floats(g);
+}
 
 size_t mr_conv2d_bwd_filter_workspace(const mr_op_args *a) {
-    conv_dims g;
-    if (mr_op_is_f64(a) || !conv_dims_get(a, &a->in[0], &a->out[0], &g)) return 0;
-    return ((size_t)(conv_filter_groups(&g) * g.o * (g.ckk + 1)) + conv_threads() * conv_slot_total(&g)) *
+    mr_conv_dims g;
+    if (mr_op_is_f64(a) || !mr_cpu_conv_dims_get(a, &a->in[0], &a->out[0], &g)) return 0;
+    return ((size_t)(conv_filter_groups(&g) * g.o * (g.ckk + 1)) + mr_cpu_conv_threads() * conv_slot_total(&g)) *
            sizeof(float);
 }
 
 /* Slots that fit in the workspace after `fixed` floats, at most the thread count; 0 if not even
  * one fits. */
-static int conv_slots(const mr_op_args *a, const conv_dims *g, size_t fixed) {
+static int conv_slots(const mr_op_args *a, const mr_conv_dims *g, size_t fixed) {
     size_t per = conv_slot_total(g), have = a->workspace ? a->workspace_bytes / sizeof(float) : 0;
-    if (per == 0) return (int)conv_threads();
+    if (per == 0) return (int)mr_cpu_conv_threads();
     if (have < fixed + per) return 0;
-    size_t s = (have - fixed) / per, t = conv_threads();
+    size_t s = (have - fixed) / per, t = mr_cpu_conv_threads();
     return (int)(s < t ? s : t);
 }
 
 /* For stride 1: the output columns [lo, hi) whose input column ow - pw + j lies in the image. */
-static void valid_cols(const conv_dims *g, int64_t j, int64_t *lo, int64_t *hi) {
+static void valid_cols(const mr_conv_dims *g, int64_t j, int64_t *lo, int64_t *hi) {
     int64_t l = g->pw - j, h = g->w + g->pw - j;
     *lo = l < 0 ? 0 : (l > g->ow ? g->ow : l);
     *hi = h > g->ow ? g->ow : (h < *lo ? *lo : h);
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define CONV_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+#ifdef CONV_AVX512
 
 /* Lanes [lo, hi) of 16 (clamped). */
 static inline __mmask16 lane_mask(int64_t lo, int64_t hi) {
@@ -194,7 +183,7 @@ static inline __mmask16 lane_mask(int64_t lo, int64_t hi) {
  * the CNN made memcpy calls and loop tails cost more than the copy; building 16-column chunks of
  * the batch row in registers from several rows measured slower still); xs is only read on
  * [lo, hi). */
-CONV_AVX512 static void im2col_s1_avx512(const conv_dims *g, const float *restrict xc, float *restrict col,
+CONV_AVX512 static void im2col_s1_avx512(const mr_conv_dims *g, const float *restrict xc, float *restrict col,
                                          int64_t ld, int64_t c) {
     const int64_t kh = g->kh, kw = g->kw, oh_n = g->oh, ow_n = g->ow, h = g->h, w = g->w, sh = g->sh, ph = g->ph;
     for (int64_t i = 0; i < kh; i++)
@@ -233,7 +222,7 @@ CONV_AVX512 static inline __m256i load_as_bf16(__mmask16 m, const void *p, int x
 
 /* im2col_s1_avx512 into a bf16 col from bf16 x or (xf32) f32 x rounded: the same masks on 16
  * halves (256-bit stores). */
-CONV_AVX512 static void im2col_s1_bf16_avx512(const conv_dims *g, const void *restrict xc, uint16_t *restrict col,
+CONV_AVX512 static void im2col_s1_bf16_avx512(const mr_conv_dims *g, const void *restrict xc, uint16_t *restrict col,
                                               int64_t ld, int64_t c, int xf32) {
     const int64_t kh = g->kh, kw = g->kw, oh_n = g->oh, ow_n = g->ow, h = g->h, w = g->w, sh = g->sh, ph = g->ph;
     for (int64_t i = 0; i < kh; i++)
@@ -262,7 +251,7 @@ CONV_AVX512 static inline __m512 load_bf16_ps(__mmask16 m, const uint16_t *p) {
 /* col2im for stride 1 (columns; any row stride): each row of dc (H, W) is summed in registers from
  * the KH*KW col rows that read it, 16 columns at a time, and stored once (adding into dc row by
  * row made each masked load wait on the masked store just before it: no store forwarding). */
-CONV_AVX512 static void col2im_s1_avx512(const conv_dims *g, const float *restrict col, int64_t ld,
+CONV_AVX512 static void col2im_s1_avx512(const mr_conv_dims *g, const float *restrict col, int64_t ld,
                                          float *restrict dc, int64_t c) {
     const int64_t kh = g->kh, kw = g->kw, oh_n = g->oh, ow_n = g->ow, h = g->h, w = g->w, sh = g->sh, ph = g->ph,
                   pw = g->pw;
@@ -294,11 +283,7 @@ CONV_AVX512 static void col2im_s1_avx512(const conv_dims *g, const float *restri
  * one output row and 16 columns the CKK shifted input vectors stay in registers and each output
  * channel is CKK FMAs on them in tap order, bias after (as the GEMM path sums), one thread per
  * element. A GEMM with K = 9 (the CNN's first layer) spent its time packing and storing C. */
-typedef struct conv_taps {
-    int64_t off[CONV_DIRECT_TAPS], i[CONV_DIRECT_TAPS], lo[CONV_DIRECT_TAPS], hi[CONV_DIRECT_TAPS];
-} conv_taps;
-
-static void conv_taps_get(const conv_dims *g, conv_taps *tp) {
+void mr_cpu_conv_taps_get(const mr_conv_dims *g, mr_conv_taps *tp) {
     for (int64_t t = 0; t < g->ckk; t++) {
         int64_t c = t / (g->kh * g->kw), i = t / g->kw % g->kh, j = t % g->kw;
         tp->off[t] = c * g->h * g->w - g->pw + j;
@@ -311,7 +296,7 @@ static void conv_taps_get(const conv_dims *g, conv_taps *tp) {
  * (xmode 1) or f32 rounded to bf16 as loaded (xmode 2: mixed precision; the products stay exact,
  * as vdpbf16ps's), w (O,T) f32, bias (O) or NULL, yn (O,OHW). T == CKK and xmode are constants
  * where the caller inlines them. */
-CONV_AVX512 static inline void fwd_direct_rows(const conv_dims *g, const conv_taps *tp, const void *xn,
+CONV_AVX512 static inline void fwd_direct_rows(const mr_conv_dims *g, const mr_conv_taps *tp, const void *xn,
                                                const float *w, const float *bias, float *yn, int64_t oh0, int64_t oh1,
                                                const int64_t T, const int xmode) {
     const int64_t h = g->h, wd = g->w, ow_n = g->ow, ohw = g->ohw, O = g->o;
@@ -346,8 +331,8 @@ CONV_AVX512 static inline void fwd_direct_rows(const conv_dims *g, const conv_ta
     }
 }
 
-CONV_AVX512 static void fwd_direct_rows_any(const conv_dims *g, const conv_taps *tp, const void *xn, const float *w,
-                                            const float *bias, float *yn, int64_t oh0, int64_t oh1) {
+CONV_AVX512 void mr_cpu_conv_fwd_direct_rows(const mr_conv_dims *g, const mr_conv_taps *tp, const void *xn,
+                                             const float *w, const float *bias, float *yn, int64_t oh0, int64_t oh1) {
     if (g->xes == 2) {
         fwd_direct_rows(g, tp, xn, w, bias, yn, oh0, oh1, g->ckk, 1);
     } else if (g->bf16) {
@@ -378,7 +363,7 @@ CONV_AVX512 static inline __m512 load_mode(__mmask16 m, const void *p, int64_t i
  * sums depend on the range alone, never on threads. The im2col GEMM with M = CKK = 9 (the CNN's
  * first layer) spent its time writing col and copying dy, and in bf16 on 9-row tiles. */
 /* x and dy point at image n0 (elements of xes and dy's bytes). */
-CONV_AVX512 static inline void filter_direct(const conv_dims *g, const conv_taps *tp, const void *x, int64_t xes,
+CONV_AVX512 static inline void filter_direct(const mr_conv_dims *g, const mr_conv_taps *tp, const void *x, int64_t xes,
                                              const void *dy, int64_t n0, int64_t n1, float *part, float *pbias,
                                              const int64_t T, const int xmode, const int dymode) {
     const int64_t O = g->o, ow_n = g->ow, oh_n = g->oh, ohw = g->ohw, h = g->h, wd = g->w, chw = g->c * g->h * g->w;
@@ -423,10 +408,10 @@ CONV_AVX512 static inline void filter_direct(const conv_dims *g, const conv_taps
  * rounded to bf16 once into the thread's scratch (`scratch_floats` floats; each x vector is
  * otherwise rounded again for every pair of output channels, which made the bf16 gradient twice
  * as slow as the f32 one) when it fits, else as loaded. */
-CONV_AVX512 static void filter_direct_any(const conv_dims *g, const void *x, const void *dy, int64_t n0, int64_t n1,
+CONV_AVX512 static void filter_direct_any(const mr_conv_dims *g, const void *x, const void *dy, int64_t n0, int64_t n1,
                                           float *part, float *pbias, float *scratch, int64_t scratch_floats) {
-    conv_taps tp;
-    conv_taps_get(g, &tp);
+    mr_conv_taps tp;
+    mr_cpu_conv_taps_get(g, &tp);
     int64_t chw = g->c * g->h * g->w, xes = g->xes, len = (n1 - n0) * chw;
     const char *xs = (const char *)x + n0 * chw * xes;
     int xmode = xes == 2 ? 1 : g->bf16 ? 2 : 0, dymode = g->dyes == 2 ? 1 : g->bf16 ? 2 : 0;
@@ -464,7 +449,7 @@ static void copy_elems(void *restrict d, int64_t dst_es, const void *restrict s,
 /* The rows of channel c of col (CKK, ld), columns [0, OHW), from one image xn (C,H,W); padding
  * reads as 0. col's elements have g->es bytes (f32, or bf16 whose zero is also all-zero bits),
  * x's g->xes (an f32 x into a bf16 col is rounded). */
-static void im2col(const conv_dims *g, const void *restrict xn, void *restrict col, int64_t ld, int64_t c) {
+static void im2col(const mr_conv_dims *g, const void *restrict xn, void *restrict col, int64_t ld, int64_t c) {
     const int64_t es = g->es, xes = g->xes;
     const char *restrict xc = (const char *)xn + c * g->h * g->w * xes;
 #ifdef CONV_AVX512
@@ -510,7 +495,7 @@ static void im2col(const conv_dims *g, const void *restrict xn, void *restrict c
 
 /* dxn (C,H,W) channel c := the sum of the entries of col (CKK, ld), columns [0, OHW), that im2col
  * read from it. Each channel only receives from its own col rows, so channels never race. */
-static void col2im(const conv_dims *g, const float *restrict col, int64_t ld, float *restrict dxn, int64_t c) {
+static void col2im(const mr_conv_dims *g, const float *restrict col, int64_t ld, float *restrict dxn, int64_t c) {
     float *restrict dc = dxn + c * g->h * g->w;
 #ifdef CONV_AVX512
     if (g->avx512) {
@@ -544,7 +529,7 @@ static void col2im(const conv_dims *g, const float *restrict col, int64_t ld, fl
 
 /* col (CKK, nb*OHW) := im2col of images xb (nb,C,H,W); `par`: spread (image, channel) pairs over
  * threads (called outside any parallel region). */
-static void im2col_batch(const conv_dims *g, const void *xb, int64_t nb, void *col, int par) {
+static void im2col_batch(const mr_conv_dims *g, const void *xb, int64_t nb, void *col, int par) {
     int64_t ld = nb * g->ohw, units = nb * g->c;
 #pragma omp parallel for schedule(static) if (par && units > 1)
     for (int64_t u = 0; u < units; u++) {
@@ -577,7 +562,7 @@ CONV_AVX512 static void row_copy_avx512(float *d, const float *s, int64_t n, con
 }
 #endif
 
-static void row_copy(const conv_dims *g, float *d, const float *s, int64_t n, const float *add, int relu) {
+static void row_copy(const mr_conv_dims *g, float *d, const float *s, int64_t n, const float *add, int relu) {
 #ifdef CONV_AVX512
     if (g->avx512) {
         row_copy_avx512(d, s, n, add, relu);
@@ -599,7 +584,7 @@ static void row_copy(const conv_dims *g, float *d, const float *s, int64_t n, co
 
 #ifdef CONV_AVX512
 /* d[0, n) := s[0, n) rounded to bf16, 16 at a time. */
-CONV_AVX512 static void row_round_avx512(uint16_t *restrict d, const float *restrict s, int64_t n) {
+CONV_AVX512 void mr_cpu_conv_row_round_avx512(uint16_t *restrict d, const float *restrict s, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 m = lane_mask(0, n - i);
         _mm256_mask_storeu_epi16(d + i, m, load_as_bf16(m, s + i, 1));
@@ -607,54 +592,11 @@ CONV_AVX512 static void row_round_avx512(uint16_t *restrict d, const float *rest
 }
 #endif
 
-/* d[0, ohw) (des bytes an element) := 0, then d[am[i]] := s[i] for the phw pooled elements with
- * am[i] >= 0 (ses bytes: copied, or f32 rounded to bf16): MAXPOOL2D_BWD's 2x2 plane (each position
- * in one window; dy's bits copied, as its AVX-512 path does). 0 when some am[i] is outside [-1, ohw). */
-static int pool_scatter_any(void *restrict d, int64_t des, const void *restrict s, int64_t ses,
-                            const int32_t *restrict am, int64_t phw, int64_t ohw) {
-    memset(d, 0, (size_t)(ohw * des));
-    int ok = 1;
-    for (int64_t i = 0; i < phw; i++) {
-        int32_t k = am[i];
-        if (k < 0 || k >= ohw) {
-            ok &= k == -1;
-            continue;
-        }
-        if (des == ses)
-            memcpy((char *)d + k * des, (const char *)s + i * ses, (size_t)des);
-        else
-            ((uint16_t *)d)[k] = mr_f32_to_bf16(((const float *)s)[i]);
-    }
-    return ok;
-}
-
-/* Stage of an f32 plane scattered before rounding to bf16 (floats). */
-#define CONV_SCATTER_STAGE 4096
-
-/* pool_scatter_any for one (image, channel) plane of g's conv output, with MAXPOOL2D_BWD's AVX-512
- * plane kernel where the plane is even-sized and dy f32 (scattered straight into an f32 d, or into
- * a stage then rounded to a bf16 d): the scalar scatter measured slower than the pass it saved. */
-static int pool_scatter(const conv_dims *g, void *restrict d, int64_t des, const void *restrict s, int64_t ses,
-                        const int32_t *restrict am) {
-#ifdef CONV_AVX512
-    if (ses == 4 && g->oh % 2 == 0 && g->ow % 2 == 0) {
-        if (des == 4 && mr_cpu_maxpool22_bwd_plane(am, s, d, g->oh / 2, g->ow / 2)) return 1;
-        float stage[CONV_SCATTER_STAGE];
-        if (des == 2 && g->avx512 && g->ohw <= CONV_SCATTER_STAGE &&
-            mr_cpu_maxpool22_bwd_plane(am, s, stage, g->oh / 2, g->ow / 2)) {
-            row_round_avx512(d, stage, g->ohw);
-            return 1;
-        }
-    }
-#endif
-    return pool_scatter_any(d, des, s, ses, am, g->dyhw, g->ohw);
-}
-
 /* dst (nb,O,OHW) := src (O, nb*OHW) image by image, plus bias (O) if not NULL (f32: the GEMM's
  * output); or the reverse (to_batch: dy src (nb,O,OHW), g->dyes bytes an element, into dyb dst
  * (O, nb*OHW), g->es bytes an element: an f32 dy is rounded to a bf16 dyb in mixed precision; with
  * p.conv.pool src is pooled (nb,O,dyhw) and scattered at am (nb,O,dyhw)). Returns 0 on a bad argmax. */
-static int batch_copy(const conv_dims *g, int64_t nb, const void *src, void *dst, const float *bias, int to_batch,
+static int batch_copy(const mr_conv_dims *g, int64_t nb, const void *src, void *dst, const float *bias, int to_batch,
                       const int32_t *am, int par) {
     int64_t ld = nb * g->ohw, units = nb * g->o, ses = to_batch ? g->dyes : 4, des = to_batch ? g->es : 4;
     int ok = 1;
@@ -664,7 +606,7 @@ static int batch_copy(const conv_dims *g, int64_t nb, const void *src, void *dst
         const char *s = (const char *)src + (to_batch ? u * g->dyhw : o * ld + b * g->ohw) * ses;
         char *d = (char *)dst + (to_batch ? o * ld + b * g->ohw : u * g->ohw) * des;
         if (to_batch && g->pool) {
-            ok = pool_scatter(g, d, des, s, ses, am + u * g->dyhw) && ok;
+            ok = mr_cpu_conv_pool_scatter(g, d, des, s, ses, am + u * g->dyhw) && ok;
             continue;
         }
         if (des == 4) {
@@ -673,7 +615,7 @@ static int batch_copy(const conv_dims *g, int64_t nb, const void *src, void *dst
         }
 #ifdef CONV_AVX512
         if (g->avx512 && ses == 4) {
-            row_round_avx512((uint16_t *)d, (const float *)s, g->ohw);
+            mr_cpu_conv_row_round_avx512((uint16_t *)d, (const float *)s, g->ohw);
             continue;
         }
 #endif
@@ -685,7 +627,7 @@ static int batch_copy(const conv_dims *g, int64_t nb, const void *src, void *dst
 /* One GEMM in the conv's input type: f32, or bf16 operands with f32 C (mr_cpu_gemm_bf16:
  * vdpbf16ps where the CPU has AVX512_BF16, widened to f32 elsewhere). Returns 0 when done, 1 when
  * the bf16 GEMM ran out of memory (C untouched). */
-static int conv_gemm(const conv_dims *g, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *A, int64_t lda,
+static int conv_gemm(const mr_conv_dims *g, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *A, int64_t lda,
                      const void *B, int64_t ldb, float beta, float *C, int64_t ldc) {
     if (!g->bf16) {
         mr_cpu_sgemm(ta, tb, m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc);
@@ -695,22 +637,22 @@ static int conv_gemm(const conv_dims *g, int ta, int tb, int64_t m, int64_t n, i
 }
 
 /* The bf16 GEMM's failure, restated on the calling thread (a worker's message is thread-local). */
-static mr_status conv_gemm_failed(const mr_op_args *a) {
+mr_status mr_cpu_conv_gemm_failed(const mr_op_args *a) {
     return mr_set_error(MR_ERR_NOMEM, "%s: out of memory for bf16 GEMM packing buffers",
                         mr_op_get(a->op) ? mr_op_get(a->op)->name : "conv2d");
 }
 
-/* pool_scatter's refusal (p.conv.pool), on the calling thread. */
+/* mr_cpu_conv_pool_scatter's refusal (p.conv.pool, conv_pool_cpu.c), on the calling thread. */
 static mr_status conv_bad_argmax(const mr_op_args *a) {
     return mr_op_error(a, "in[2] (argmax) holds an index outside [-1, OH*OW) of the conv output's plane");
 }
 
-static mr_status conv_f32_only(const mr_op_args *a, mr_dtype dt) {
+mr_status mr_cpu_conv_f32_only(const mr_op_args *a, mr_dtype dt) {
     return mr_op_error(a, "the CPU kernel takes f32 or f64, or bf16 inputs with f32 outputs; got %s",
                        mr_dtype_name(dt));
 }
 
-static mr_status conv_no_workspace(const mr_op_args *a) {
+mr_status mr_cpu_conv_no_workspace(const mr_op_args *a) {
     return mr_op_error(a, "workspace of %zu bytes is too small; HINT: allocate mr_op_workspace_bytes(args)",
                        a->workspace ? a->workspace_bytes : (size_t)0);
 }
@@ -718,8 +660,8 @@ static mr_status conv_no_workspace(const mr_op_args *a) {
 /* How forward and backward-data share out the images: *nt threads over *batches batches of *bsz
  * images (fewer images per batch when that gives every thread a batch; the results do not depend
  * on it), or *nt = 1: batches of the largest size one by one, each GEMM threaded. */
-static void conv_share(const conv_dims *g, int slots, int64_t *bsz, int64_t *batches, int *nt) {
-    int64_t bmax = conv_batch(g), per_thread = (g->n + slots - 1) / slots;
+void mr_cpu_conv_share(const mr_conv_dims *g, int slots, int64_t *bsz, int64_t *batches, int *nt) {
+    int64_t bmax = mr_cpu_conv_batch(g), per_thread = (g->n + slots - 1) / slots;
     *bsz = bmax < per_thread ? bmax : per_thread;
     *batches = (g->n + *bsz - 1) / *bsz;
     if (slots < 2 || *batches < 2 || *batches * (*bsz * g->o * g->ckk * g->ohw) <= CONV_PAR_MIN) {
@@ -733,7 +675,7 @@ static void conv_share(const conv_dims *g, int slots, int64_t *bsz, int64_t *bat
 
 /* y (nb,O,OHW) of images x (nb,C,H,W), with slot col (CKK, nb*OHW) and yb (O, nb*OHW). Returns
  * conv_gemm's status. */
-static int conv_fwd_batch(const conv_dims *g, const void *x, const void *w, const float *bias, float *y, int64_t nb,
+int mr_cpu_conv_fwd_batch(const mr_conv_dims *g, const void *x, const void *w, const float *bias, float *y, int64_t nb,
                           void *col, float *yb, int par) {
     im2col_batch(g, x, nb, col, par);
     int64_t cols = nb * g->ohw;
@@ -751,15 +693,15 @@ static int conv_fwd_batch(const conv_dims *g, const void *x, const void *w, cons
 }
 
 /* f32, or mixed precision (core/ref/conv_ref.c's rule, checked). */
-static int conv_dtype_ok(const mr_op_args *a) {
+int mr_cpu_conv_dtype_ok(const mr_op_args *a) {
     return (a->in[0].dtype == MR_F32 && a->in[1].dtype == MR_F32) || (a->p.conv.bf16 && a->out[0].dtype == MR_F32);
 }
 
 mr_status mr_conv2d_fwd_cpu(const mr_op_args *a) {
     if (mr_op_is_f64(a)) return mr_conv2d_fwd_ref(a);
-    if (!conv_dtype_ok(a)) return conv_f32_only(a, a->in[0].dtype);
-    conv_dims g;
-    if (!conv_dims_get(a, &a->in[0], &a->in[1], &g)) return mr_op_error(a, "invalid geometry");
+    if (!mr_cpu_conv_dtype_ok(a)) return mr_cpu_conv_f32_only(a, a->in[0].dtype);
+    mr_conv_dims g;
+    if (!mr_cpu_conv_dims_get(a, &a->in[0], &a->in[1], &g)) return mr_op_error(a, "invalid geometry");
     /* x (N,C,H,W); w (O,CKK); bias (O) or NULL; y (N,O,OHW); slots x [col (CKK,B*OHW), yb (O,B*OHW)]
      * (x, w, col bf16 in mixed precision; col then fills half its slot) */
     const char *x = a->in[0].data;
@@ -768,37 +710,37 @@ mr_status mr_conv2d_fwd_cpu(const mr_op_args *a) {
     float *y = a->out[0].data, *ws = a->workspace;
     int64_t es = g.xes;
 #ifdef CONV_AVX512
-    if (conv_fwd_direct(&g)) {
+    if (mr_cpu_conv_fwd_direct(&g)) {
         const float *wf = w;
         if (g.bf16) {
             /* the few weights widened once (workspace (O, CKK) f32) */
-            if (!ws || a->workspace_bytes < (size_t)(g.o * g.ckk) * sizeof(float)) return conv_no_workspace(a);
+            if (!ws || a->workspace_bytes < (size_t)(g.o * g.ckk) * sizeof(float)) return mr_cpu_conv_no_workspace(a);
             for (int64_t i = 0; i < g.o * g.ckk; i++) ws[i] = mr_bf16_to_f32(((const uint16_t *)w)[i]);
             wf = ws;
         }
-        conv_taps tp;
-        conv_taps_get(&g, &tp);
+        mr_conv_taps tp;
+        mr_cpu_conv_taps_get(&g, &tp);
         /* units of (image, 4 output rows) */
         int64_t rows = 4, per_img = (g.oh + rows - 1) / rows, units = g.n * per_img;
 #pragma omp parallel for schedule(static) if (g.n * g.o * g.ckk * g.ohw > CONV_PAR_MIN)
         for (int64_t u = 0; u < units; u++) {
             int64_t n = u / per_img, oh0 = u % per_img * rows, oh1 = oh0 + rows < g.oh ? oh0 + rows : g.oh;
-            fwd_direct_rows_any(&g, &tp, x + n * g.c * g.h * g.w * es, wf, bias, y + n * g.o * g.ohw, oh0, oh1);
+            mr_cpu_conv_fwd_direct_rows(&g, &tp, x + n * g.c * g.h * g.w * es, wf, bias, y + n * g.o * g.ohw, oh0, oh1);
         }
         return MR_OK;
     }
 #endif
     int slots = conv_slots(a, &g, 0);
-    if (slots < 1) return conv_no_workspace(a);
-    int64_t slot = (int64_t)conv_slot_floats(&g), bsz, batches;
+    if (slots < 1) return mr_cpu_conv_no_workspace(a);
+    int64_t slot = (int64_t)mr_cpu_conv_slot_floats(&g), bsz, batches;
     int nt;
-    conv_share(&g, slots, &bsz, &batches, &nt);
+    mr_cpu_conv_share(&g, slots, &bsz, &batches, &nt);
     if (nt < 2) {
         for (int64_t n0 = 0; n0 < g.n; n0 += bsz) {
             int64_t nb = g.n - n0 < bsz ? g.n - n0 : bsz;
-            if (conv_fwd_batch(&g, x + n0 * g.c * g.h * g.w * es, w, bias, y + n0 * g.o * g.ohw, nb, ws,
+            if (mr_cpu_conv_fwd_batch(&g, x + n0 * g.c * g.h * g.w * es, w, bias, y + n0 * g.o * g.ohw, nb, ws,
                                ws + nb * g.ohw * g.ckk, 1))
-                return conv_gemm_failed(a);
+                return mr_cpu_conv_gemm_failed(a);
         }
         return MR_OK;
     }
@@ -807,19 +749,19 @@ mr_status mr_conv2d_fwd_cpu(const mr_op_args *a) {
     for (int64_t bi = 0; bi < batches; bi++) {
         float *col = ws + (int64_t)omp_get_thread_num() * slot;
         int64_t n0 = bi * bsz, nb = g.n - n0 < bsz ? g.n - n0 : bsz;
-        if (conv_fwd_batch(&g, x + n0 * g.c * g.h * g.w * es, w, bias, y + n0 * g.o * g.ohw, nb, col,
+        if (mr_cpu_conv_fwd_batch(&g, x + n0 * g.c * g.h * g.w * es, w, bias, y + n0 * g.o * g.ohw, nb, col,
                            col + nb * g.ohw * g.ckk, 0)) {
 #pragma omp atomic write
             failed = 1;
         }
     }
-    return failed ? conv_gemm_failed(a) : MR_OK;
+    return failed ? mr_cpu_conv_gemm_failed(a) : MR_OK;
 }
 
 /* dx (nb,C,H,W) from dy (nb,O,OHW), or pooled dy and am (nb,O,dyhw) (p.conv.pool), with slot dcol
  * (CKK, nb*OHW) f32 and dyb (O, nb*OHW) (of dy's type). Returns conv_gemm's status, or 2 on a bad
  * argmax. */
-static int conv_bwd_data_batch(const conv_dims *g, const void *w, const void *dy, const int32_t *am, float *dx,
+static int conv_bwd_data_batch(const mr_conv_dims *g, const void *w, const void *dy, const int32_t *am, float *dx,
                                int64_t nb, float *dcol, void *dyb, int par) {
     int64_t cols = nb * g->ohw, units = nb * g->c;
     /* one image's dy is the GEMM's operand unless rounded or scattered */
@@ -836,11 +778,11 @@ static int conv_bwd_data_batch(const conv_dims *g, const void *w, const void *dy
 
 mr_status mr_conv2d_bwd_data_cpu(const mr_op_args *a) {
     if (mr_op_is_f64(a)) return mr_conv2d_bwd_data_ref(a);
-    if (!conv_dtype_ok(a)) return conv_f32_only(a, a->in[0].dtype);
-    conv_dims g;
-    if (!conv_dims_get(a, &a->out[0], &a->in[0], &g)) return mr_op_error(a, "invalid geometry");
+    if (!mr_cpu_conv_dtype_ok(a)) return mr_cpu_conv_f32_only(a, a->in[0].dtype);
+    mr_conv_dims g;
+    if (!mr_cpu_conv_dims_get(a, &a->out[0], &a->in[0], &g)) return mr_op_error(a, "invalid geometry");
     int slots = conv_slots(a, &g, 0);
-    if (slots < 1) return conv_no_workspace(a);
+    if (slots < 1) return mr_cpu_conv_no_workspace(a);
     /* w (O,CKK); dy (N,O,OHW); dx (N,C,H,W) f32; slots x [dcol (CKK,B*OHW) f32, dyb (O,B*OHW)]
      * (w, dy, dyb bf16 in mixed precision) */
     const void *w = a->in[0].data;
@@ -849,13 +791,13 @@ mr_status mr_conv2d_bwd_data_cpu(const mr_op_args *a) {
     float *dx = a->out[0].data, *ws = a->workspace;
     int64_t slot = (int64_t)conv_slot_total(&g), bsz, batches, es = g.dyes;
     int nt;
-    conv_share(&g, slots, &bsz, &batches, &nt);
+    mr_cpu_conv_share(&g, slots, &bsz, &batches, &nt);
     if (nt < 2) {
         for (int64_t n0 = 0; n0 < g.n; n0 += bsz) {
             int64_t nb = g.n - n0 < bsz ? g.n - n0 : bsz;
             int r = conv_bwd_data_batch(&g, w, dy + n0 * g.o * g.dyhw * es, am ? am + n0 * g.o * g.dyhw : NULL,
                                         dx + n0 * g.c * g.h * g.w, nb, ws, ws + nb * g.ohw * g.ckk, 1);
-            if (r) return r == 2 ? conv_bad_argmax(a) : conv_gemm_failed(a);
+            if (r) return r == 2 ? conv_bad_argmax(a) : mr_cpu_conv_gemm_failed(a);
         }
         return MR_OK;
     }
@@ -871,11 +813,11 @@ mr_status mr_conv2d_bwd_data_cpu(const mr_op_args *a) {
             failed = r;
         }
     }
-    return failed == 2 ? conv_bad_argmax(a) : failed ? conv_gemm_failed(a) : MR_OK;
+    return failed == 2 ? conv_bad_argmax(a) : failed ? mr_cpu_conv_gemm_failed(a) : MR_OK;
 }
 
 /* part (CKK, O) := dw^T over images [n0, n1): col * dyb^T summed batch by batch (batches of
- * conv_batch(g) from n0), with slot col (CKK, B*OHW) and dyb (O, B*OHW). dw^T rather than dw:
+ * mr_cpu_conv_batch(g) from n0), with slot col (CKK, B*OHW) and dyb (O, B*OHW). dw^T rather than dw:
  * its O columns fill the GEMM's 32-column panels (dw's CKK = 9 columns of the CNN's first layer
  * filled one to 28%). pbias (O), if not NULL, := the sums of dy over those images, image by image
  * while the batch's dy is in cache (a pass of its own re-read dy from memory). */
@@ -897,27 +839,27 @@ static float dy_sum(const void *d, int64_t n, int bf) {
 /* Returns conv_gemm's status. In mixed precision col and dyb are bf16 (x and dy rounded into
  * them when f32) and the bias sums read the rounded dy: dyb's row o, the batch's images in one
  * sum (part and pbias stay f32). */
-static int conv_bwd_filter_range(const conv_dims *g, const void *x, const void *dy, const int32_t *am, int64_t n0,
+static int conv_bwd_filter_range(const mr_conv_dims *g, const void *x, const void *dy, const int32_t *am, int64_t n0,
                                  int64_t n1, float *part, float *pbias, float *col, int par) {
     int64_t dyes = g->dyes;
 #ifdef CONV_AVX512
-    if (conv_fwd_direct(g)) {
+    if (mr_cpu_conv_fwd_direct(g)) {
         const char *dyn = (const char *)dy + n0 * g->o * g->dyhw * dyes;
         if (g->pool) {
             /* pooled dy scattered to full size after the slot (conv_pool_dy_floats), in dy's dtype */
-            char *full = (char *)(col + conv_slot_floats(g));
+            char *full = (char *)(col + mr_cpu_conv_slot_floats(g));
             int ok = 1;
             for (int64_t u = 0; u < (n1 - n0) * g->o; u++)
-                ok = pool_scatter(g, full + u * g->ohw * dyes, dyes, dyn + u * g->dyhw * dyes, dyes,
+                ok = mr_cpu_conv_pool_scatter(g, full + u * g->ohw * dyes, dyes, dyn + u * g->dyhw * dyes, dyes,
                                   am + (n0 * g->o + u) * g->dyhw) && ok;
             if (!ok) return 2;
             dyn = full;
         }
-        filter_direct_any(g, x, dyn, n0, n1, part, pbias, col, (int64_t)conv_slot_floats(g));
+        filter_direct_any(g, x, dyn, n0, n1, part, pbias, col, (int64_t)mr_cpu_conv_slot_floats(g));
         return 0;
     }
 #endif
-    int64_t bsz = conv_batch(g), xes = g->xes;
+    int64_t bsz = mr_cpu_conv_batch(g), xes = g->xes;
     for (int64_t b0 = n0; b0 < n1; b0 += bsz) {
         int64_t nb = n1 - b0 < bsz ? n1 - b0 : bsz, cols = nb * g->ohw;
         float *dyb = col + cols * g->ckk;
@@ -948,12 +890,12 @@ static int conv_bwd_filter_range(const conv_dims *g, const void *x, const void *
 
 mr_status mr_conv2d_bwd_filter_cpu(const mr_op_args *a) {
     if (mr_op_is_f64(a)) return mr_conv2d_bwd_filter_ref(a);
-    if (!conv_dtype_ok(a)) return conv_f32_only(a, a->in[0].dtype);
-    conv_dims g;
-    if (!conv_dims_get(a, &a->in[0], &a->out[0], &g)) return mr_op_error(a, "invalid geometry");
+    if (!mr_cpu_conv_dtype_ok(a)) return mr_cpu_conv_f32_only(a, a->in[0].dtype);
+    mr_conv_dims g;
+    if (!mr_cpu_conv_dims_get(a, &a->in[0], &a->out[0], &g)) return mr_op_error(a, "invalid geometry");
     int64_t groups = conv_filter_groups(&g), wsz = g.o * g.ckk, psz = wsz + g.o;
     int slots = conv_slots(a, &g, (size_t)(groups * psz));
-    if (slots < 1) return conv_no_workspace(a);
+    if (slots < 1) return mr_cpu_conv_no_workspace(a);
     /* x (N,C,H,W); dy (N,O,OHW); dw (O,CKK); dbias (O) or NULL;
      * workspace: parts (groups, [dw^T (CKK,O), dbias (O)]) then slots x [col (CKK,B*OHW), dyb (O,B*OHW)] */
     const void *x = a->in[0].data, *dy = a->in[1].data; /* f32 or bf16 in mixed precision */
@@ -973,7 +915,7 @@ mr_status mr_conv2d_bwd_filter_cpu(const mr_op_args *a) {
             float *part = parts + gi * psz;
             int r = conv_bwd_filter_range(&g, x, dy, am, gi * g.n / groups, (gi + 1) * g.n / groups, part,
                                           dbias ? part + wsz : NULL, slots0, 1);
-            if (r) return r == 2 ? conv_bad_argmax(a) : conv_gemm_failed(a);
+            if (r) return r == 2 ? conv_bad_argmax(a) : mr_cpu_conv_gemm_failed(a);
         }
     } else {
         int failed = 0;
@@ -987,7 +929,7 @@ mr_status mr_conv2d_bwd_filter_cpu(const mr_op_args *a) {
                 failed = r;
             }
         }
-        if (failed) return failed == 2 ? conv_bad_argmax(a) : conv_gemm_failed(a);
+        if (failed) return failed == 2 ? conv_bad_argmax(a) : mr_cpu_conv_gemm_failed(a);
     }
     /* dw (O, CKK) := the sum of the parts (CKK, O) in group order, transposed; dbias likewise */
 #pragma omp parallel for schedule(static) if (groups * wsz > CONV_PAR_MIN / 4)
@@ -1003,106 +945,4 @@ mr_status mr_conv2d_bwd_filter_cpu(const mr_op_args *a) {
         dbias[o] = s;
     }
     return MR_OK;
-}
-
-/* ---- CONV2D_MAXPOOL (core/ops.h): the forward above into a per-thread stage that stays in
- * cache, pooled 2x2/stride 2 from there (mr_cpu_maxpool22_plane, MAXPOOL2D's kernel): the full
- * conv output is never stored (on the CNN it is 12.8 MB per layer at batch 128, written once and
- * read back by MAXPOOL2D). Each conv element is computed as by CONV2D (its sum order is fixed by
- * K, not by batching or threads), so y and argmax equal CONV2D then MAXPOOL2D bit for bit. The
- * stage holds whole images: one (O, OHW) for the direct forward, a batch of them for im2col +
- * GEMM. Workspace: [widened w (direct, bf16)] then per thread [slot (GEMM path)] [stage]. */
-
-static int64_t conv_pool_stage_floats(const conv_dims *g) {
-    return (conv_fwd_direct(g) ? 1 : conv_batch(g)) * g->o * g->ohw;
-}
-
-/* Floats before the per-thread parts, and of one thread's part. */
-static void conv_pool_ws(const conv_dims *g, int64_t *fixed, int64_t *per) {
-    int direct = conv_fwd_direct(g);
-    *fixed = direct && g->bf16 ? g->o * g->ckk : 0;
-    *per = (direct ? 0 : (int64_t)conv_slot_floats(g)) + conv_pool_stage_floats(g);
-}
-
-size_t mr_conv2d_maxpool_fwd_workspace(const mr_op_args *a) {
-    conv_dims g;
-    if (mr_op_is_f64(a) || !conv_dims_get(a, &a->in[0], &a->in[1], &g)) return 0;
-    int64_t fixed, per;
-    conv_pool_ws(&g, &fixed, &per);
-    return ((size_t)fixed + conv_threads() * (size_t)per) * sizeof(float);
-}
-
-/* Pools the conv output of images [n0, n0 + nb), stage (nb, O, OH, OW), into y and argmax
- * (N, O, OH/2, OW/2). */
-static void conv_pool_batch(const conv_dims *g, const float *stage, int64_t n0, int64_t nb, float *y, int32_t *am,
-                            int par) {
-    int64_t ph = g->oh / 2, pw = g->ow / 2, planes = nb * g->o;
-#pragma omp parallel for schedule(static) if (par && planes * g->ohw > CONV_PAR_MIN / 4)
-    for (int64_t u = 0; u < planes; u++) {
-        int64_t at = (n0 * g->o + u) * ph * pw;
-        mr_cpu_maxpool22_plane(stage + u * g->ohw, y + at, am + at, g->ow, ph, pw, g->relu);
-    }
-}
-
-mr_status mr_conv2d_maxpool_fwd_cpu(const mr_op_args *a) {
-    if (mr_op_is_f64(a)) return mr_conv2d_maxpool_fwd_ref(a);
-    if (!conv_dtype_ok(a)) return conv_f32_only(a, a->in[0].dtype);
-    conv_dims g;
-    if (!conv_dims_get(a, &a->in[0], &a->in[1], &g)) return mr_op_error(a, "invalid geometry");
-    /* x (N,C,H,W); w (O,CKK); bias (O) or NULL; y, argmax (N,O,OH/2,OW/2) */
-    const char *x = a->in[0].data;
-    const void *w = a->in[1].data;
-    const float *bias = a->in[2].data;
-    float *y = a->out[0].data, *ws = a->workspace;
-    int32_t *am = a->out[1].data;
-    int64_t es = g.xes, chw = g.c * g.h * g.w, fixed, per;
-    conv_pool_ws(&g, &fixed, &per);
-    int64_t have = ws ? (int64_t)(a->workspace_bytes / sizeof(float)) : 0;
-    int64_t slots = have >= fixed + per ? (have - fixed) / per : 0;
-    if (slots > (int64_t)conv_threads()) slots = (int64_t)conv_threads();
-    if (slots < 1) return conv_no_workspace(a);
-#ifdef CONV_AVX512
-    if (conv_fwd_direct(&g)) {
-        const float *wf = w;
-        if (g.bf16) {
-            for (int64_t i = 0; i < g.o * g.ckk; i++) ws[i] = mr_bf16_to_f32(((const uint16_t *)w)[i]);
-            wf = ws;
-        }
-        conv_taps tp;
-        conv_taps_get(&g, &tp);
-        float *stages = ws + fixed;
-#pragma omp parallel for num_threads((int)slots) schedule(static) if (g.n * g.o * g.ckk * g.ohw > CONV_PAR_MIN)
-        for (int64_t n = 0; n < g.n; n++) {
-            float *stage = stages + (int64_t)omp_get_thread_num() * per;
-            fwd_direct_rows_any(&g, &tp, x + n * chw * es, wf, bias, stage, 0, g.oh);
-            conv_pool_batch(&g, stage, n, 1, y, am, 0);
-        }
-        return MR_OK;
-    }
-#endif
-    int64_t slot = (int64_t)conv_slot_floats(&g), bsz, batches;
-    int nt;
-    conv_share(&g, (int)slots, &bsz, &batches, &nt);
-    if (nt < 2) {
-        for (int64_t n0 = 0; n0 < g.n; n0 += bsz) {
-            int64_t nb = g.n - n0 < bsz ? g.n - n0 : bsz;
-            if (conv_fwd_batch(&g, x + n0 * chw * es, w, bias, ws + slot, nb, ws, ws + nb * g.ohw * g.ckk, 1))
-                return conv_gemm_failed(a);
-            conv_pool_batch(&g, ws + slot, n0, nb, y, am, 1);
-        }
-        return MR_OK;
-    }
-    int failed = 0;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t bi = 0; bi < batches; bi++) {
-        float *col = ws + (int64_t)omp_get_thread_num() * per, *stage = col + slot;
-        int64_t n0 = bi * bsz, nb = g.n - n0 < bsz ? g.n - n0 : bsz;
-        if (conv_fwd_batch(&g, x + n0 * chw * es, w, bias, stage, nb, col, col + nb * g.ohw * g.ckk, 0)) {
-#pragma omp atomic write
-            failed = 1;
-        } else {
-            conv_pool_batch(&g, stage, n0, nb, y, am, 0);
-        }
-    }
-    return failed ? conv_gemm_failed(a) : MR_OK;
 }

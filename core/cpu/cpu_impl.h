@@ -20,12 +20,12 @@ const mr_cpu_caps *mr_cpu_caps_get(void);
 /* One plane of MAXPOOL2D's 2x2/stride-2 case without padding (core/cpu/pool_cpu.c): xp (.., w) ->
  * yp and ap (oh, ow), argmax the flat index into xp's plane, -1 where !(max > 0) when relu
  * (p.pool.relu). AVX-512 where the CPU has it; the reference's rules (ties, NaN) either way.
- * Also the pool of CONV2D_MAXPOOL (core/cpu/conv_cpu.c). */
+ * Also the pool of CONV2D_MAXPOOL (core/cpu/conv_pool_cpu.c). */
 void mr_cpu_maxpool22_plane(const float *xp, float *yp, int32_t *ap, int64_t w, int64_t oh, int64_t ow, int relu);
 /* MAXPOOL2D_BWD of one such plane when its size is exactly (2*oh, 2*ow): dxp (2*oh, 2*ow) := dyp
  * (oh, ow) at the argmax ap (bits copied), 0 elsewhere, by AVX-512. 0 when the CPU lacks it or an
  * argmax is neither -1 nor in its own window (dxp then holds nothing reliable). Also the scatter of
- * the conv backward's pooled dy (core/cpu/conv_cpu.c, p.conv.pool). */
+ * the conv backward's pooled dy (core/cpu/conv_pool_cpu.c, p.conv.pool). */
 int mr_cpu_maxpool22_bwd_plane(const int32_t *ap, const float *dyp, float *dxp, int64_t oh, int64_t ow);
 
 /* The GEMM op's epilogue on rows of C (ldc == n): C += bias (n; NULL: none), then, with gelu, pre =

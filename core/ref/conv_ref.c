@@ -1,7 +1,8 @@
 /* 2-d convolution (NCHW, cross-correlation as in PyTorch): argument checks and the scalar f64
  * reference for the forward, the data gradient and the filter gradient (f64; mixed precision,
  * p.conv.bf16, through f64 copies). The scratch sizes of the CPU kernels
- * (mr_conv2d_*_workspace) live with them in core/cpu/conv_cpu.c. */
+ * (mr_conv2d_*_workspace) live with them in core/cpu/conv_cpu.c (CONV2D_MAXPOOL's in
+ * core/cpu/conv_pool_cpu.c). */
 #include "core/ops_impl.h"
 #include "core/math/half_math.h"
 

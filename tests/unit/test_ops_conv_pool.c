@@ -1,5 +1,5 @@
 /* CONV2D_MAXPOOL (core/ops.h): a convolution and its 2x2/stride-2 max pool as one op on the CPU
- * (core/cpu/conv_cpu.c: the conv output pooled from a per-thread stage, never stored). The CPU
+ * (core/cpu/conv_pool_cpu.c: the conv output pooled from a per-thread stage, never stored). The CPU
  * kernel in f32 against the f64 reference (core/ref/conv_ref.c), with and without the fused ReLU;
  * in mixed precision (p.conv.bf16; x f32 rounded in the kernel, or bf16) against the mixed
  * reference; y and argmax bit-identical to CONV2D then MAXPOOL2D run on the CPU, and with 1, 2 and
